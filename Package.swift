@@ -1,0 +1,42 @@
+// swift-tools-version:6.0
+// Push-notification delivery platform: registration service, dispatcher and APNs simulator.
+// No outside Swift packages: the four C libraries come from Debian through systemLibrary targets.
+import PackageDescription
+
+let package = Package(
+    name: "push",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
+    ],
+    dependencies: [],
+    targets: [
+        // C libraries (module.modulemap + shim.h only).
+        .systemLibrary(name: "CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+
+        // Foundations.
+        .target(name: "ServiceCore"),
+        .target(name: "ProtobufCodec"),
+        .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
+        .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
+        .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
+        .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
+        .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
+
+        // Executables: a few lines of main.swift each.
+        .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
+
+        // Tests (Swift Testing) against real parts.
+        .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
+        .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"]),
+        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
+        .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
+        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"]),
+    ]
+)

@@ -1,0 +1,42 @@
+#ifndef COPENSSL_SHIM_H
+#define COPENSSL_SHIM_H
+#include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <openssl/ec.h>
+#include <openssl/ecdsa.h>
+#include <openssl/bn.h>
+#include <openssl/bio.h>
+#include <openssl/rand.h>
+#include <openssl/pkcs12.h>
+#include <openssl/provider.h>
+#include <openssl/sha.h>
+
+/* OpenSSL macros Swift cannot call: static inline wrappers. */
+static inline long shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
+    return SSL_set_tlsext_host_name(ssl, name);
+}
+static inline int shim_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) {
+    return (int)SSL_CTX_set_min_proto_version(ctx, version);
+}
+static inline long shim_SSL_CTX_set_mode(SSL_CTX *ctx, long mode) {
+    return SSL_CTX_set_mode(ctx, mode);
+}
+static inline long shim_SSL_set_mode(SSL *ssl, long mode) {
+    return SSL_set_mode(ssl, mode);
+}
+static inline long shim_SSL_CTX_set_options(SSL_CTX *ctx, long options) {
+    return (long)SSL_CTX_set_options(ctx, (uint64_t)options);
+}
+static inline int shim_BIO_get_mem_data(BIO *bio, char **pp) {
+    return (int)BIO_get_mem_data(bio, pp);
+}
+static inline const int shim_TLS1_2_VERSION(void) { return TLS1_2_VERSION; }
+static inline const int shim_TLS1_3_VERSION(void) { return TLS1_3_VERSION; }
+static inline const long shim_SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER(void) { return SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER; }
+static inline const long shim_SSL_MODE_ENABLE_PARTIAL_WRITE(void) { return SSL_MODE_ENABLE_PARTIAL_WRITE; }
+static inline void shim_OPENSSL_free(void *p) { OPENSSL_free(p); }
+#endif

@@ -1,0 +1,1 @@
+print("kafka-dev-broker: not yet")

@@ -1,0 +1,6 @@
+import Testing
+@testable import APNs
+
+@Suite struct APNsPlaceholderTests {
+    @Test func placeholder() { #expect(Bool(true)) }
+}

@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+@testable import ServiceCore
+
+@Suite struct DedicatedThreadTests {
+    @Test func runsJobsInOrderOffTheCooperativePool() async throws {
+        let thread = DedicatedThread(name: "test-blocking")
+        var results: [Int] = []
+        for i in 0..<20 {
+            let value = try await thread.run { () -> Int in
+                usleep(1000)  // a blocking call, as PQexec would be
+                return i
+            }
+            results.append(value)
+        }
+        #expect(results == Array(0..<20))
+        let first = try await thread.run { UInt(pthread_self()) }
+        let second = try await thread.run { UInt(pthread_self()) }
+        #expect(first == second)
+        #expect(first != UInt(pthread_self()))
+    }
+
+    @Test func rejectsWorkAfterShutdown() async throws {
+        let thread = DedicatedThread(name: "test-stopped")
+        thread.shutdown()
+        await #expect(throws: CancellationError.self) { try await thread.run { 1 } }
+    }
+
+    @Test func rethrowsTheJobsError() async {
+        struct Boom: Error {}
+        let thread = DedicatedThread(name: "test-throws")
+        await #expect(throws: Boom.self) { try await thread.run { () throws -> Int in throw Boom() } }
+    }
+}
+
+@Suite struct EnvironmentConfigTests {
+    @Test func namesTheWrongVariable() throws {
+        let config = EnvironmentConfig(["PORT": "80x", "FLAG": "maybe"])
+        #expect(throws: EnvironmentConfig.Error.self) { try config.int("PORT", default: 1) }
+        do {
+            _ = try config.bool("FLAG", default: false)
+            Issue.record("expected an error")
+        } catch let error as EnvironmentConfig.Error {
+            #expect(error.description.contains("FLAG"))
+        }
+        #expect(throws: EnvironmentConfig.Error.self) { try config.required("MISSING") }
+        #expect(try config.int("UNSET", default: 7) == 7)
+    }
+}
+
+@Suite struct LoggerTests {
+    @Test func quotesValuesThatNeedIt() {
+        #expect(Logger.quote("plain") == "plain")
+        #expect(Logger.quote("two words") == "\"two words\"")
+        #expect(Logger.quote("a\"b") == "\"a\\\"b\"")
+        #expect(Logger.quote("") == "\"\"")
+    }
+}
+
+@Suite struct WallClockTests {
+    @Test func manualClockAdvances() {
+        let clock = ManualWallClock(milliseconds: 1_000)
+        clock.advance(by: .seconds(3600))
+        #expect(clock.nowMilliseconds() == 3_601_000)
+        #expect(clock.nowSeconds() == 3_601)
+    }
+}
