@@ -1,0 +1,153 @@
+"""Clients for the running push stack, for the end-to-end tests and the README demo.
+
+Everything here talks to real parts: the registration service over gRPC (stubs generated from
+Protos/ by grpcio-tools), Kafka through confluent-kafka, PostgreSQL through psql, the APNs
+simulator's admin API over HTTP/2 (httpx).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VAR_DIR = Path(os.environ.get("PUSH_VAR_DIR", "/var/tmp/push-dev"))
+GEN_DIR = VAR_DIR / "gen-python"
+
+TOKEN_EVENTS = "push.token-events.v1"
+SEND_REQUESTS = "push.send-requests.v1"
+FEEDBACK = "push.feedback.v1"
+DEAD_LETTER = "push.dead-letter.v1"
+
+
+def generate_stubs() -> None:
+    """Generates Python protobuf and gRPC stubs from Protos/ into GEN_DIR (idempotent)."""
+    GEN_DIR.mkdir(parents=True, exist_ok=True)
+    protos = sorted(str(p.relative_to(ROOT / "Protos")) for p in (ROOT / "Protos").rglob("*.proto"))
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I", str(ROOT / "Protos"),
+         f"--python_out={GEN_DIR}", f"--grpc_python_out={GEN_DIR}", *protos],
+        check=True, cwd=ROOT / "Protos")
+    if str(GEN_DIR) not in sys.path:
+        sys.path.insert(0, str(GEN_DIR))
+
+
+def pb(name: str):
+    """The generated module push/v1/<name>_pb2 (or _pb2_grpc)."""
+    generate_stubs()
+    return importlib.import_module(f"push.v1.{name}")
+
+
+def stack_env() -> dict[str, str]:
+    """Addresses of the running stack, as scripts/up wrote them to $PUSH_VAR_DIR/stack.env."""
+    env: dict[str, str] = {}
+    path = VAR_DIR / "stack.env"
+    for line in path.read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    return env
+
+
+def grpc_channel():
+    import grpc
+    return grpc.insecure_channel(stack_env()["PUSH_GRPC_ADDRESS"])
+
+
+def register_token(device_token: str, bundle_id: str, environment: str = "SANDBOX", user_id: str = "",
+                   installation_id: str = "", kind: str = "TOKEN_KIND_STANDARD", timeout: float = 10.0):
+    common, registry, registry_grpc = pb("common_pb2"), pb("token_registry_pb2"), pb("token_registry_pb2_grpc")
+    with grpc_channel() as channel:
+        stub = registry_grpc.TokenRegistryStub(channel)
+        device = common.Device(device_token=device_token, bundle_id=bundle_id,
+                               environment=common.Environment.Value(environment), user_id=user_id,
+                               installation_id=installation_id, kind=common.TokenKind.Value(kind))
+        return stub.RegisterToken(registry.RegisterTokenRequest(device=device), timeout=timeout)
+
+
+def kafka_config() -> dict[str, str]:
+    return {"bootstrap.servers": stack_env()["PUSH_KAFKA_BOOTSTRAP"]}
+
+
+def produce(topic: str, key: bytes, value: bytes, content_type: str) -> None:
+    from confluent_kafka import Producer
+    producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True})
+    errors: list = []
+    producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())],
+                     on_delivery=lambda err, msg: errors.append(err) if err else None)
+    producer.flush(15)
+    if errors:
+        raise RuntimeError(f"produce to {topic} failed: {errors}")
+
+
+def send_request(request) -> None:
+    """Produces a push.v1.SendRequest (protobuf) keyed by its request id."""
+    produce(SEND_REQUESTS, request.request_id.encode(), request.SerializeToString(),
+            "application/x-protobuf; message=push.v1.SendRequest")
+
+
+class TopicReader:
+    """Reads a topic from its current end (assigned, no consumer group), collecting records."""
+
+    def __init__(self, topic: str):
+        from confluent_kafka import Consumer, TopicPartition, OFFSET_END
+        self.consumer = Consumer({**kafka_config(), "group.id": f"e2e-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        metadata = self.consumer.list_topics(topic, timeout=10)
+        partitions = metadata.topics[topic].partitions
+        tps = []
+        for p in partitions:
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            tps.append(TopicPartition(topic, p, high))
+        self.consumer.assign(tps)
+
+    def read_until(self, predicate, timeout: float = 30.0) -> list:
+        """Polls until predicate(records) is true; returns the records (confluent_kafka Messages)."""
+        records: list = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = self.consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            records.append(msg)
+            if predicate(records):
+                return records
+        raise TimeoutError(f"gave up after {timeout}s with {len(records)} records")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def decode_feedback(records) -> list:
+    feedback = pb("feedback_pb2")
+    events = []
+    for msg in records:
+        event = feedback.FeedbackEvent()
+        event.ParseFromString(msg.value())
+        events.append(event)
+    return events
+
+
+def psql(sql: str) -> list[list[str]]:
+    """Runs sql against the stack's database; rows as lists of text fields."""
+    out = subprocess.run(["psql", stack_env()["PUSH_PG_URL"], "-At", "-F", "\t", "-c", sql],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def simulator_admin(path: str, method: str = "GET", body: dict | None = None):
+    import httpx
+    base = stack_env()["PUSH_SIM_ADMIN_URL"]
+    with httpx.Client(http1=False, http2=True, timeout=10) as client:
+        response = client.request(method, base + path, json=body)
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+
+def random_token(nbytes: int = 32) -> str:
+    return os.urandom(nbytes).hex()

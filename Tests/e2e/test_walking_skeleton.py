@@ -1,0 +1,154 @@
+"""End to end on the real stack started the README's way (scripts/up): registration service over
+gRPC, Kafka (the librdkafka broker), PostgreSQL, the dispatcher and the APNs simulator over TLS."""
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+
+import grpc
+import jwt
+import pytest
+
+import pushstack as stack
+
+
+def wait_for(predicate, timeout=30.0, interval=0.2, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def make_send_request(request_id: str, user_ids: list[str], bundle_id: str, payload: dict):
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    return send.SendRequest(
+        request_id=request_id,
+        user_ids=send.UserIds(user_ids=user_ids),
+        notification=send.Notification(
+            bundle_id=bundle_id, push_type=common.PushType.Value("PUSH_TYPE_ALERT"),
+            payload=json.dumps(payload, separators=(",", ":"))),
+        created_at_ms=int(time.time() * 1000))
+
+
+def test_registered_tokens_of_a_user_receive_a_push_and_reports_arrive():
+    user = f"user-{uuid.uuid4()}"
+    bundle = "com.example.e2e"
+    tokens = [stack.random_token(), stack.random_token()]
+    stack.simulator_admin("/admin/reset", "POST")
+    for i, token in enumerate(tokens):
+        # Upper case inside <…> with spaces: the service must normalize it.
+        shown = "<" + " ".join(token[j:j + 8].upper() for j in range(0, len(token), 8)) + ">"
+        reply = stack.register_token(shown, bundle, "SANDBOX", user_id=user, installation_id=f"inst-{i}-{user}")
+        assert reply.device_token == token
+        assert reply.event_id
+
+    rows = wait_for(lambda: (r := stack.psql(
+        "SELECT device_token, bundle_id, environment, user_id, status FROM device_tokens "
+        f"WHERE user_id = '{user}' ORDER BY device_token")) and len(r) == 2 and r, what="two token rows")
+    assert sorted(tokens) == [r[0] for r in rows]
+    assert all(r[1:] == [bundle, "sandbox", user, "active"] for r in rows)
+
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        request_id = f"req-{uuid.uuid4()}"
+        stack.send_request(make_send_request(request_id, [user], bundle, {"aps": {"alert": "hello/world"}}))
+
+        def complete(records):
+            events = [e for e in stack.decode_feedback(records)
+                      if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
+            return bool(events)
+
+        events = stack.decode_feedback(reader.read_until(complete, timeout=60))
+    finally:
+        reader.close()
+
+    reports = [e.delivery_report for e in events
+               if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id]
+    feedback = stack.pb("feedback_pb2")
+    assert sorted(r.device_token for r in reports) == sorted(tokens)
+    assert all(r.outcome == feedback.DeliveryOutcome.Value("DELIVERED") for r in reports)
+    assert all(r.http_status == 200 and r.apns_id and r.attempts == 1 and r.user_id == user for r in reports)
+    completed = [e.request_completed for e in events
+                 if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
+    assert len(completed) == 1
+    assert (completed[0].total, completed[0].delivered) == (2, 2)
+
+    received = stack.simulator_admin("/admin/requests")["requests"]
+    mine = [r for r in received if r["path"].removeprefix("/3/device/") in tokens]
+    assert sorted(r["path"] for r in mine) == sorted(f"/3/device/{t}" for t in tokens)
+    public_key = (stack.VAR_DIR / "credentials" / "apns-key.pub.pem").read_text()
+    env = stack.stack_env()
+    for r in mine:
+        headers = {k: v for k, v in r["headers"]}
+        assert headers["apns-topic"] == bundle
+        assert headers["apns-push-type"] == "alert"
+        assert headers["apns-priority"] == "10"
+        assert r["body"] == '{"aps":{"alert":"hello/world"}}'
+        token = headers["authorization"].removeprefix("bearer ")
+        header = jwt.get_unverified_header(token)
+        assert header["alg"] == "ES256" and header["kid"] == env["PUSH_APNS_KEY_ID"]
+        claims = jwt.decode(token, public_key, algorithms=["ES256"])
+        assert claims["iss"] == env["PUSH_APNS_TEAM_ID"]
+        assert isinstance(claims["iat"], int)
+        signature = base64.urlsafe_b64decode(token.split(".")[2] + "==")
+        assert len(signature) == 64
+
+
+def test_bad_token_is_refused_with_invalid_argument_and_publishes_nothing():
+    reader = stack.TopicReader(stack.TOKEN_EVENTS)
+    try:
+        for bad in ["abc", "zz" * 32, "ab" * 31, "a" * 65]:
+            with pytest.raises(grpc.RpcError) as caught:
+                stack.register_token(bad, "com.example.e2e", "SANDBOX", user_id="nobody")
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "device.device_token" in caught.value.details()
+        good = stack.random_token()
+        stack.register_token(good, "com.example.e2e", "SANDBOX", user_id="somebody")
+        records = reader.read_until(lambda rs: any(m.key() == good.encode() for m in rs), timeout=30)
+    finally:
+        reader.close()
+    # Only the valid registration reached the topic.
+    assert [m.key().decode() for m in records] == [good]
+
+
+def test_undecodable_send_request_goes_to_dead_letter_and_the_next_is_delivered():
+    user = f"user-{uuid.uuid4()}"
+    bundle = "com.example.e2e"
+    token = stack.random_token()
+    stack.register_token(token, bundle, "SANDBOX", user_id=user)
+    wait_for(lambda: stack.psql(f"SELECT 1 FROM device_tokens WHERE device_token = '{token}'"), what="token row")
+
+    dead = stack.TopicReader(stack.DEAD_LETTER)
+    feedback_reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        bad_id = f"bad-{uuid.uuid4()}"
+        stack.produce(stack.SEND_REQUESTS, bad_id.encode(), b"\xff\xff\xff not protobuf",
+                      "application/x-protobuf; message=push.v1.SendRequest")
+        good_id = f"req-{uuid.uuid4()}"
+        stack.send_request(make_send_request(good_id, [user], bundle, {"aps": {"alert": "after the bad one"}}))
+
+        dl = dead.read_until(lambda rs: any(m.key() == bad_id.encode() for m in rs), timeout=60)
+        letters = stack.pb("dead_letter_pb2")
+        letter = letters.DeadLetter()
+        letter.ParseFromString([m for m in dl if m.key() == bad_id.encode()][0].value())
+        assert letter.original_value == b"\xff\xff\xff not protobuf"
+        assert letter.source_topic == stack.SEND_REQUESTS
+        assert letter.error
+
+        def delivered(records):
+            return any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == good_id
+                       for e in stack.decode_feedback(records))
+
+        events = stack.decode_feedback(feedback_reader.read_until(delivered, timeout=60))
+    finally:
+        dead.close()
+        feedback_reader.close()
+    report = [e.delivery_report for e in events
+              if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == good_id][0]
+    assert report.device_token == token
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
