@@ -73,3 +73,23 @@ import Testing
         #expect(try long.currentToken() != first)
     }
 }
+
+@Suite(.timeLimit(.minutes(1))) struct ProviderTokenCacheConcurrencyTests {
+    @Test func concurrentCallersShareOneToken() async throws {
+        let directory = try TemporaryDirectory()
+        let key = try APNsSigningKey(p8: try await directory.makeP8())
+        let clock = ManualWallClock(milliseconds: 1_700_000_000_000)
+        let cache = APNsProviderTokenCache(signingKey: key, keyID: "ABC123DEFG", teamID: "DEF123GHIJ", clock: clock)
+        let tokens = await withTaskGroup(of: Set<String>.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    var seen = Set<String>()
+                    for _ in 0..<200 { if let token = try? cache.currentToken() { seen.insert(token.token) } }
+                    return seen
+                }
+            }
+            return await group.reduce(into: Set<String>()) { $0.formUnion($1) }
+        }
+        #expect(tokens.count == 1)
+    }
+}
