@@ -20,31 +20,39 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     ///   is empty, has an unmatched `<` or `>`, contains a non-hex character (its 1-based position is
     ///   named), has an odd number of hex digits, or is shorter than 64 or longer than 512 hex digits.
     public init(validating input: String) throws(APNsError) {
-        var characters = Array(input)
-        var offset = 0  // characters dropped at the front, so positions refer to `input`
         func fail(_ message: String) -> APNsError {
             APNsError(code: .invalidDeviceToken, message: "device token \(message)", reason: .badDeviceToken)
         }
-        while characters.first == " " { characters.removeFirst(); offset += 1 }
-        while characters.last == " " { characters.removeLast() }
-        if characters.first == "<" || characters.last == ">" {
-            guard characters.count >= 2, characters.first == "<", characters.last == ">" else {
-                throw fail(characters.first == "<" ? "has '<' without a closing '>'" : "has '>' without an opening '<'")
+        let utf8 = Array(input.utf8)
+        var start = 0
+        var end = utf8.count
+        while start < end, utf8[start] == 0x20 { start += 1 }
+        while end > start, utf8[end - 1] == 0x20 { end -= 1 }
+        let opens = start < end && utf8[start] == UInt8(ascii: "<")
+        let closes = start < end && utf8[end - 1] == UInt8(ascii: ">")
+        if opens || closes {
+            guard opens, closes, end - start >= 2 else {
+                throw fail(opens ? "has '<' without a closing '>'" : "has '>' without an opening '<'")
             }
-            characters.removeFirst()
-            characters.removeLast()
-            offset += 1
+            start += 1
+            end -= 1
         }
-        var hex = ""
-        hex.reserveCapacity(characters.count)
-        for (index, character) in characters.enumerated() {
-            if character == " " { continue }
-            guard character.isASCII, character.isHexDigit else {
-                throw fail("has a non-hex character \(Self.quoted(character)) at position \(index + offset + 1)")
+        var hex: [UInt8] = []
+        hex.reserveCapacity(end - start)
+        for offset in start..<end {
+            let byte = utf8[offset]
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): hex.append(byte)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): hex.append(byte | 0x20)
+            case 0x20: continue
+            default:
+                // Name the character and its 1-based position in `input`, counted in characters.
+                let index = input.utf8.index(input.utf8.startIndex, offsetBy: offset)
+                let position = input[..<index].count + 1
+                throw fail("has a non-hex character \(Self.quoted(input[index...].first!)) at position \(position)")
             }
-            hex.append(Character(character.lowercased()))
         }
-        let count = hex.utf8.count
+        let count = hex.count
         guard count > 0 else { throw fail("is empty") }
         guard count % 2 == 0 else {
             throw fail("has an odd number of hex digits (\(count)); each byte needs two")
@@ -55,7 +63,7 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
         guard count <= Self.maximumHexLength else {
             throw fail("is too long: \(count) hex digits (\(count / 2) bytes), at most \(Self.maximumHexLength) (256 bytes) allowed")
         }
-        self.hex = hex
+        self.hex = String(decoding: hex, as: UTF8.self)
     }
 
     /// Creates a token from its raw bytes.
