@@ -58,6 +58,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         /// A PKCS#12 file that cannot be decoded (wrong password, corrupt, unsupported cipher).
         public static let invalidPKCS12 = Code(.invalidPKCS12)
 
+        /// The code's name, e.g. `invalidDeviceToken`.
         public var description: String { value.rawValue }
     }
 
@@ -83,6 +84,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         APNsError(code: .invalidRequest, message: message, reason: reason)
     }
 
+    /// Code, Apple's reason, message and cause on one line; never a secret.
     public var description: String {
         var text = "APNsError(\(code)"
         if let reason { text += ", reason: \(reason.rawValue)" }
