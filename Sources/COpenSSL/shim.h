@@ -39,4 +39,9 @@ static inline const int shim_TLS1_3_VERSION(void) { return TLS1_3_VERSION; }
 static inline const long shim_SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER(void) { return SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER; }
 static inline const long shim_SSL_MODE_ENABLE_PARTIAL_WRITE(void) { return SSL_MODE_ENABLE_PARTIAL_WRITE; }
 static inline void shim_OPENSSL_free(void *p) { OPENSSL_free(p); }
+
+/* APNs module: macros used by Sources/APNs/OpenSSL (certificate subject printing). */
+static inline unsigned long shim_XN_FLAG_RFC2253(void) { return XN_FLAG_RFC2253; }
+static inline int shim_EVP_PKEY_EC(void) { return EVP_PKEY_EC; }
+static inline int shim_NID_userId(void) { return NID_userId; }
 #endif

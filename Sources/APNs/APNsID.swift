@@ -1,0 +1,43 @@
+/// The `apns-id` header: a canonical UUID in lowercase, 8-4-4-4-12 hex digits (apns-reference.md §2).
+/// APNs echoes it in the response; a malformed one gets 400 `BadMessageId`.
+public struct APNsID: Hashable, Sendable, CustomStringConvertible {
+    /// The lowercase UUID text, e.g. `123e4567-e89b-12d3-a456-426614174000`.
+    public let uuidString: String
+
+    /// Validates `text` as 8-4-4-4-12 hex digits in any case and keeps it in lowercase.
+    /// - Throws: `APNsError` `.invalidRequest` with reason `BadMessageId` otherwise.
+    public init(validating text: String) throws(APNsError) {
+        let utf8 = Array(text.utf8)
+        let dashes: Set<Int> = [8, 13, 18, 23]
+        var valid = utf8.count == 36
+        if valid {
+            for (index, byte) in utf8.enumerated() {
+                let isHex = (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x66)
+                if dashes.contains(index) ? byte != UInt8(ascii: "-") : !isHex { valid = false; break }
+            }
+        }
+        guard valid else {
+            throw .rejected(.badMessageId, "apns-id \"\(text)\" is not a canonical UUID (8-4-4-4-12 hex digits)")
+        }
+        uuidString = text.lowercased()
+    }
+
+    /// A random (version 4) UUID.
+    public static func random() -> APNsID {
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        bytes[6] = bytes[6] & 0x0F | 0x40
+        bytes[8] = bytes[8] & 0x3F | 0x80
+        let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        var text = ""
+        for (index, character) in hex.enumerated() {
+            if [8, 12, 16, 20].contains(index) { text.append("-") }
+            text.append(character)
+        }
+        return APNsID(checked: text)
+    }
+
+    private init(checked: String) { uuidString = checked }
+
+    /// The lowercase UUID text.
+    public var description: String { uuidString }
+}

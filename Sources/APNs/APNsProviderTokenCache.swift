@@ -1,0 +1,88 @@
+import ServiceCore
+import Synchronization
+
+/// Holds the one provider token (JWT) of one (team, key) pair and renews it on time.
+///
+/// Apple: "Refresh your token no more than once every 20 minutes and no less than once every 60
+/// minutes"; an `iat` older than an hour gets 403 `ExpiredProviderToken`, and switching tokens more
+/// than once per 20 minutes on a connection gets 429 `TooManyProviderTokenUpdates` (apns-reference.md
+/// §4). So: the token is minted when first asked for, replaced once it reaches ``refreshAge`` (default
+/// 50 min, kept within 20…59 min), and two distinct tokens are never issued less than 20 minutes apart,
+/// even after ``invalidate(_:)``. Time comes from the injected `WallClock`. Share one cache across all
+/// connections; a connection enforces its own 20-minute rule by comparing ``APNsJWT/issuedAt``.
+public final class APNsProviderTokenCache: Sendable {
+    /// Shortest time between two distinct tokens: 20 minutes.
+    public static let minimumRefreshInterval: Duration = .seconds(20 * 60)
+    /// Age at which APNs refuses a token: 60 minutes.
+    public static let maximumTokenAge: Duration = .seconds(60 * 60)
+
+    /// The Key ID (`kid`).
+    public let keyID: String
+    /// The Team ID (`iss`).
+    public let teamID: String
+    /// The age at which the token is replaced, clamped to 20…59 minutes.
+    public let refreshAge: Duration
+
+    private let signingKey: APNsSigningKey
+    private let clock: any WallClock
+    private let refreshAgeSeconds: Int64
+    private let state = Mutex(State())
+
+    private struct State {
+        var current: APNsJWT?
+        var invalidated = false
+    }
+
+    /// Creates an empty cache; nothing is signed until ``currentToken()``.
+    /// - Parameters:
+    ///   - signingKey: the team's `.p8` key.
+    ///   - keyID: its 10-character Key ID.
+    ///   - teamID: the 10-character Team ID.
+    ///   - refreshAge: replace the token at this age; default 50 minutes, clamped to 20…59 minutes.
+    ///   - clock: the time source (`SystemWallClock` in production, `ManualWallClock` in tests).
+    public init(
+        signingKey: APNsSigningKey, keyID: String, teamID: String,
+        refreshAge: Duration = .seconds(50 * 60), clock: any WallClock = SystemWallClock()
+    ) {
+        self.signingKey = signingKey
+        self.keyID = keyID
+        self.teamID = teamID
+        self.clock = clock
+        let seconds = min(max(refreshAge.components.seconds, 20 * 60), 59 * 60)
+        self.refreshAgeSeconds = seconds
+        self.refreshAge = .seconds(seconds)
+    }
+
+    /// The token to send now: the cached one, or a new one when there is none, when the cached one
+    /// reached ``refreshAge``, or when it was invalidated at least 20 minutes after it was issued.
+    /// If the wall clock stepped back more than 5 minutes before the token's `iat`, a new token is made.
+    /// - Throws: `APNsError` `.signingFailed` when signing fails (the old token, if any, is kept).
+    public func currentToken() throws(APNsError) -> APNsJWT {
+        let now = clock.nowSeconds()
+        return try state.withLock { state throws(APNsError) -> APNsJWT in
+            if let current = state.current {
+                let age = current.age(atSeconds: now)
+                let minimum = Self.minimumRefreshInterval.components.seconds
+                let due = age >= refreshAgeSeconds || (state.invalidated && age >= minimum) || age < -300
+                if !due { return current }
+            }
+            let token = try APNsJWT(keyID: keyID, teamID: teamID, issuedAt: now, signingKey: signingKey)
+            state.current = token
+            state.invalidated = false
+            return token
+        }
+    }
+
+    /// Marks `rejected` as refused by APNs with `ExpiredProviderToken`. If it is still the cached
+    /// token, the next ``currentToken()`` mints a new one, but not before 20 minutes after `rejected`
+    /// was issued. A token already replaced is ignored, so several connections reporting the same
+    /// rejection cause one renewal.
+    public func invalidate(_ rejected: APNsJWT) {
+        state.withLock { state in
+            if state.current == rejected { state.invalidated = true }
+        }
+    }
+
+    /// `iat` of the cached token in seconds since the epoch, or `nil` before the first one.
+    public var currentIssuedAt: Int64? { state.withLock { $0.current?.issuedAt } }
+}

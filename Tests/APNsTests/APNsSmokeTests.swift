@@ -1,6 +1,0 @@
-import Testing
-@testable import APNs
-
-@Suite struct APNsPlaceholderTests {
-    @Test func placeholder() { #expect(Bool(true)) }
-}
