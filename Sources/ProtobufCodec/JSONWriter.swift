@@ -198,10 +198,11 @@ public struct JSONDecodingOptions: Sendable, Hashable {
         self.ignoreUnknownFields = ignoreUnknownFields
     }
 
-    /// Throws `.unknownJSONField` for a key no field has, unless unknown fields are ignored.
-    public func unknownField(_ key: String) throws(ProtobufError) {
+    /// Throws `.unknownJSONField` for a key that names no field of `messageName`, unless unknown
+    /// fields are ignored.
+    public func unknownField(_ key: String, in messageName: String) throws(ProtobufError) {
         guard ignoreUnknownFields else {
-            throw ProtobufError(.unknownJSONField, "no such field")
+            throw ProtobufError(.unknownJSONField, "unknown field of \(messageName)")
         }
     }
 }

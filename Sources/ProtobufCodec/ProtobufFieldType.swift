@@ -52,28 +52,36 @@ extension ProtobufMapKeyType where Value: BinaryInteger & LosslessStringConverti
 @usableFromInline
 func readJSONInteger<I: FixedWidthInteger>(_ value: JSONValue, as type: I.Type) throws(ProtobufError) -> I {
     let text: String
+    let shown: String
     switch value {
-    case .number(let literal): text = literal
+    case .number(let literal):
+        text = literal
+        shown = literal
     case .string(let string):
         text = string
-        guard !string.isEmpty, string.first != " ", string.last != " " else {
-            throw ProtobufError(.jsonTypeMismatch, "expected an integer, found the string \"\(string)\"")
+        shown = "the string \"\(string)\""
+        guard JSONValue.isNumberLiteral(string) else {
+            throw ProtobufError(.jsonTypeMismatch, "expected an integer, found \(shown)")
         }
     default:
         throw ProtobufError(.jsonTypeMismatch, "expected an integer, found \(value.kindDescription)")
     }
     if let exact = I(text) { return exact }
     // Not a plain integer literal: a number with a fraction or exponent, or out of range.
-    guard JSONValue.isNumberLiteral(text), let double = Double(text), double.isFinite else {
-        throw ProtobufError(.jsonTypeMismatch, "expected an integer, found \(value.kindDescription) \(text)")
+    if let double = Double(text), double.isFinite, double == double.rounded(.towardZero) {
+        guard let converted = I(exactly: double) else {
+            throw ProtobufError(.jsonValueOutOfRange, "expected \(integerTypeName(I.self)), found \(shown), out of range")
+        }
+        return converted
     }
-    guard double == double.rounded(.towardZero) else {
-        throw ProtobufError(.jsonValueOutOfRange, "expected an integer, found the fraction \(text)")
+    if text.allSatisfy({ $0.isNumber || $0 == "-" }) {
+        throw ProtobufError(.jsonValueOutOfRange, "expected \(integerTypeName(I.self)), found \(shown), out of range")
     }
-    guard let converted = I(exactly: double) else {
-        throw ProtobufError(.jsonValueOutOfRange, "\(text) is out of range for \(I.self)")
-    }
-    return converted
+    throw ProtobufError(.jsonValueOutOfRange, "expected an integer, found \(shown), not integral")
+}
+
+private func integerTypeName<I: FixedWidthInteger>(_ type: I.Type) -> String {
+    "a\(I.isSigned ? "" : "n unsigned") \(I.bitWidth)-bit integer"
 }
 
 /// `int32`: varint, negative values sign-extended to 10 bytes. JSON: a number.

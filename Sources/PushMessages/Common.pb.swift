@@ -481,7 +481,7 @@ public struct Device: ProtobufMessage {
                     try seen.see(field: 7)
                     self.attributes = try member.value.decodeMap(ProtobufString.self, ProtobufString.self)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)

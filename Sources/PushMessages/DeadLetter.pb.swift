@@ -118,7 +118,7 @@ public struct DeadLetter: ProtobufMessage {
                         try seen.see(field: 2)
                         if !member.value.isNull { self.value = try ProtobufBytes.readJSON(member.value) }
                     default:
-                        try options.unknownField(member.key)
+                        try options.unknownField(member.key, in: Self.protoMessageName)
                     }
                 } catch {
                     throw error.prefixingPath(member.key)
@@ -255,7 +255,7 @@ public struct DeadLetter: ProtobufMessage {
                     try seen.see(field: 9)
                     if !member.value.isNull { self.rejectedAtMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)

@@ -230,7 +230,7 @@ public struct FeedbackEvent: ProtobufMessage {
                     try seen.see(field: 6, oneof: 0, oneofName: "event", key: member.key)
                     self.event = .campaignProgress(try member.value.decodeMessage(CampaignProgress.self, options: options))
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -522,7 +522,7 @@ public struct DeliveryReport: ProtobufMessage {
                     try seen.see(field: 17)
                     if !member.value.isNull { self.collapseID = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -703,7 +703,7 @@ public struct TokenInvalidated: ProtobufMessage {
                     try seen.see(field: 8)
                     if !member.value.isNull { self.installationID = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -869,7 +869,7 @@ public struct RequestCompleted: ProtobufMessage {
                     try seen.see(field: 8)
                     if !member.value.isNull { self.completedAtMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -1083,7 +1083,7 @@ public struct CampaignProgress: ProtobufMessage {
                     try seen.see(field: 12)
                     if !member.value.isNull { self.updatedAtMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)

@@ -153,7 +153,7 @@ public struct SendRequest: ProtobufMessage {
                     try seen.see(field: 6)
                     if !member.value.isNull { self.createdAtMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -234,7 +234,7 @@ public struct DeviceTokens: ProtobufMessage {
                     try seen.see(field: 1)
                     self.deviceTokens = try member.value.decodeRepeated(ProtobufString.self)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -307,7 +307,7 @@ public struct UserIds: ProtobufMessage {
                     try seen.see(field: 1)
                     self.userIDs = try member.value.decodeRepeated(ProtobufString.self)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -396,7 +396,7 @@ public struct AppAudience: ProtobufMessage {
                     try seen.see(field: 2)
                     if !member.value.isNull { self.environment = try ProtobufEnumField<Environment>.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -571,7 +571,7 @@ public struct Notification: ProtobufMessage {
                     try seen.see(field: 8)
                     if !member.value.isNull { self.apnsID = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)

@@ -67,7 +67,7 @@ public struct RegisterTokenRequest: ProtobufMessage {
                     try seen.see(field: 1)
                     if !member.value.isNull { self.device = try member.value.decodeMessage(Device.self, options: options) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -170,7 +170,7 @@ public struct RegisterTokenResponse: ProtobufMessage {
                     try seen.see(field: 3)
                     if !member.value.isNull { self.eventTimeMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -271,7 +271,7 @@ public struct UnregisterTokenRequest: ProtobufMessage {
                     try seen.see(field: 3)
                     if !member.value.isNull { self.reason = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -370,7 +370,7 @@ public struct UnregisterTokenResponse: ProtobufMessage {
                     try seen.see(field: 3)
                     if !member.value.isNull { self.eventTimeMs = try ProtobufInt64.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -570,7 +570,7 @@ public struct TokenEvent: ProtobufMessage {
                     try seen.see(field: 5)
                     if !member.value.isNull { self.reason = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)

@@ -348,7 +348,7 @@ public struct Scalars: ProtobufMessage {
                     try seen.see(field: 536870911)
                     if !member.value.isNull { self.largestNumber = try ProtobufInt32.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -635,7 +635,7 @@ public struct Repeated: ProtobufMessage {
                     try seen.see(field: 17)
                     self.rMessage = try member.value.decodeRepeatedMessages(Scalars.self, options: options)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -920,7 +920,7 @@ public struct RepeatedUnpacked: ProtobufMessage {
                     try seen.see(field: 17)
                     self.rMessage = try member.value.decodeRepeatedMessages(Scalars.self, options: options)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -1105,7 +1105,7 @@ public struct Maps: ProtobufMessage {
                     try seen.see(field: 9)
                     self.fixed32ToDouble = try member.value.decodeMap(ProtobufFixed32.self, ProtobufDouble.self)
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -1253,7 +1253,7 @@ public struct Choice: ProtobufMessage {
                     try seen.see(field: 6)
                     if !member.value.isNull { self.after = try ProtobufString.readJSON(member.value) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
@@ -1366,7 +1366,7 @@ public struct Tree: ProtobufMessage {
                     try seen.see(field: 3)
                     if !member.value.isNull { self.parent = try member.value.decodeMessage(Tree.self, options: options) }
                 default:
-                    try options.unknownField(member.key)
+                    try options.unknownField(member.key, in: Self.protoMessageName)
                 }
             } catch {
                 throw error.prefixingPath(member.key)
