@@ -67,7 +67,11 @@ struct JSONMappingTests {
                 let parsed = try PythonOracle.parseJSON(type, jsons)
                 for ((sample, json), result) in zip(zip(group, jsons), parsed) {
                     let pythonBytes = try result.get()
-                    #expect(try Protoc.decode(type, pythonBytes) == Protoc.decode(type, sample.bytes), "\(type): Python reads \(json)")
+                    // Python's deterministic encoding orders map keys as Swift does, so equal bytes
+                    // are expected; when they differ, protoc judges the content.
+                    if pythonBytes != sample.bytes {
+                        #expect(try Protoc.decode(type, pythonBytes) == Protoc.decode(type, sample.bytes), "\(type): Python reads \(json)")
+                    }
                     #expect(try sample.equalsJSON(Array(json.utf8)), "\(type) does not round-trip through \(json)")
                 }
             }
