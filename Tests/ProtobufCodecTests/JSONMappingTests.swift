@@ -228,3 +228,26 @@ struct JSONMappingTests {
         #expect(request == SendRequest(requestID: "r", notification: Notification(payload: "{}")))
     }
 }
+
+@Suite("Proto3 JSON map keys")
+struct JSONMapKeyTests {
+    @Test func keysOfEveryTypeAreStrings() throws {
+        let maps = try Maps(jsonString: #"{"int32ToInt64":{"-1":"5"},"boolToString":{"true":"t"},"uint32ToBool":{"4294967295":true}}"#)
+        #expect(maps.int32ToInt64 == [-1: 5])
+        #expect(maps.boolToString == [true: "t"])
+        #expect(maps.uint32ToBool == [UInt32.max: true])
+        #expect(maps.jsonString() == #"{"int32ToInt64":{"-1":"5"},"uint32ToBool":{"4294967295":true},"boolToString":{"true":"t"}}"#)
+        for (json, description) in [
+            (#"{"int32ToInt64":{"x":"5"}}"#, #"int32ToInt64["x"]: expected an integer, found the string "x""#),
+            (#"{"boolToString":{"yes":"t"}}"#, #"boolToString["yes"]: expected the map key true or false, found "yes""#),
+            (#"{"int32ToInt64":{"1":"5","1":"6"}}"#, #"int32ToInt64["1"]: duplicate map key"#),
+        ] {
+            do {
+                _ = try Maps(jsonString: json)
+                Issue.record("accepted \(json)")
+            } catch {
+                #expect(error.description == description)
+            }
+        }
+    }
+}
