@@ -230,6 +230,16 @@ struct ProtocInteropTests {
         }
     }
 
+    @Test func emptyMessagesAndKeywordNames() throws {
+        try expectMatchesProtoc(Empty(), text: "")
+        #expect(try Empty(protobufBytes: [0x08, 0x01]).unknownFields.bytes == [0x08, 0x01])
+        #expect(Empty().jsonString() == "{}")
+        let keywords = Keywords(default: "d", class: -1, protocol: true, type: .in("i"), self: Keywords(type: .is("s")), kind: .case)
+        try expectMatchesProtoc(keywords, text: #"default: "d" class: -1 protocol: true in: "i" self { is: "s" } kind: KIND_CASE"#)
+        #expect(try Keywords(jsonString: keywords.jsonString()) == keywords)
+        #expect(keywords.jsonString() == #"{"default":"d","class":-1,"protocol":true,"in":"i","self":{"is":"s"},"kind":"KIND_CASE"}"#)
+    }
+
     @Test func recursiveMessages() throws {
         let tree = Tree(name: "root", children: [Tree(name: "a", children: [Tree(name: "a1")]), Tree(name: "b")],
                         parent: Tree(name: "up", parent: Tree(name: "upper")))

@@ -1381,3 +1381,280 @@ public struct Tree: ProtobufMessage {
         if let value = self.parent { writer.writeMessage(value, jsonName: "parent", protoName: "parent") }
     }
 }
+
+/// No fields at all.
+///
+/// The message `codectest.Empty`.
+public struct Empty: ProtobufMessage {
+    /// `codectest.Empty`.
+    public static let protoMessageName = "codectest.Empty"
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        false
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        _ = writer
+    }
+}
+
+/// Names that are Swift keywords.
+///
+/// The message `codectest.Keywords`.
+public struct Keywords: ProtobufMessage {
+    /// `codectest.Keywords`.
+    public static let protoMessageName = "codectest.Keywords"
+
+    /// Field 1, `string default`.
+    public var `default`: String = ""
+
+    /// Field 2, `int32 class`.
+    public var `class`: Int32 = 0
+
+    /// Field 3, `bool protocol`.
+    public var `protocol`: Bool = false
+
+    /// The oneof `type`: at most one of its fields is set; `nil` when none is.
+    public var type: TypeValue? = nil
+
+    /// Field 6, `codectest.Keywords self`.
+    public var `self`: Keywords? {
+        get { _self?.value }
+        set { _self = newValue.map(ProtobufBox.init) }
+    }
+    private var _self: ProtobufBox<Keywords>? = nil
+
+    /// Field 7, `codectest.Keywords.Kind kind`.
+    public var kind: Keywords.Kind = .unspecified
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// The fields of the oneof `type`.
+    public enum TypeValue: Sendable, Hashable {
+        /// Field 4, `string is`.
+        case `is`(String)
+        /// Field 5, `string in`.
+        case `in`(String)
+    }
+
+    /// The proto3 enum `codectest.Keywords.Kind`; numbers this version does not know are kept as `unrecognized`.
+    public enum Kind: ProtobufEnum, CaseIterable {
+        /// `KIND_UNSPECIFIED = 0`.
+        case unspecified
+        /// `KIND_DEFAULT = 1`.
+        case `default`
+        /// `KIND_CASE = 2`.
+        case `case`
+        /// A number this version of the contract does not name; kept so it round-trips.
+        case unrecognized(Int32)
+
+        /// `codectest.Keywords.Kind`.
+        public static let protoEnumName = "codectest.Keywords.Kind"
+
+        /// Every named value, in declaration order.
+        public static let allCases: [Kind] = [.unspecified, .`default`, .`case`]
+
+        /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+        public init(rawValue: Int32) {
+            switch rawValue {
+            case 0: self = .unspecified
+            case 1: self = .`default`
+            case 2: self = .`case`
+            default: self = .unrecognized(rawValue)
+            }
+        }
+
+        /// The value's number.
+        public var rawValue: Int32 {
+            switch self {
+            case .unspecified: 0
+            case .`default`: 1
+            case .`case`: 2
+            case .unrecognized(let number): number
+            }
+        }
+
+        /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+        public var protoName: String? {
+            switch self {
+            case .unspecified: "KIND_UNSPECIFIED"
+            case .`default`: "KIND_DEFAULT"
+            case .`case`: "KIND_CASE"
+            case .unrecognized: nil
+            }
+        }
+
+        /// The value named `protoName` in the .proto file, or `nil`.
+        public init?(protoName: String) {
+            switch protoName {
+            case "KIND_UNSPECIFIED": self = .unspecified
+            case "KIND_DEFAULT": self = .`default`
+            case "KIND_CASE": self = .`case`
+            default: return nil
+            }
+        }
+
+        /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+        public static func == (lhs: Kind, rhs: Kind) -> Bool { lhs.rawValue == rhs.rawValue }
+
+        /// Hashes the number.
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+    }
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        `default` default_: String = "",
+        `class` class_: Int32 = 0,
+        `protocol` protocol_: Bool = false,
+        type: TypeValue? = nil,
+        `self` self_: Keywords? = nil,
+        kind: Keywords.Kind = .unspecified
+    ) {
+        self.`default` = default_
+        self.`class` = class_
+        self.`protocol` = protocol_
+        self.type = type
+        self.`self` = self_
+        self.kind = kind
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.`default` = try reader.read(ProtobufString.self)
+            case (2, .varint):
+                self.`class` = try reader.read(ProtobufInt32.self)
+            case (3, .varint):
+                self.`protocol` = try reader.read(ProtobufBool.self)
+            case (4, .lengthDelimited):
+                self.type = .`is`(try reader.read(ProtobufString.self))
+            case (5, .lengthDelimited):
+                self.type = .`in`(try reader.read(ProtobufString.self))
+            case (6, .lengthDelimited):
+                var value = self.`self` ?? Keywords()
+                try reader.readMessage(into: &value)
+                self.`self` = value
+            case (7, .varint):
+                self.kind = try reader.read(ProtobufEnumField<Keywords.Kind>.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "default"
+        case 2: "class"
+        case 3: "protocol"
+        case 4: "is"
+        case 5: "in"
+        case 6: "self"
+        case 7: "kind"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.`default`.isEmpty { writer.writeField(ProtobufString.self, self.`default`, number: 1) }
+        if self.`class` != 0 { writer.writeField(ProtobufInt32.self, self.`class`, number: 2) }
+        if self.`protocol` { writer.writeField(ProtobufBool.self, self.`protocol`, number: 3) }
+        switch self.type {
+        case .`is`(let value)?: writer.writeField(ProtobufString.self, value, number: 4)
+        case .`in`(let value)?: writer.writeField(ProtobufString.self, value, number: 5)
+        case nil: break
+        }
+        if let value = self.`self` { writer.writeMessage(value, number: 6) }
+        if self.kind.rawValue != 0 { writer.writeField(ProtobufEnumField<Keywords.Kind>.self, self.kind, number: 7) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "default":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.`default` = try ProtobufString.readJSON(member.value) }
+                case "class":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.`class` = try ProtobufInt32.readJSON(member.value) }
+                case "protocol":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.`protocol` = try ProtobufBool.readJSON(member.value) }
+                case "is":
+                    guard !member.value.isNull else { try seen.see(field: 4); continue }
+                    try seen.see(field: 4, oneof: 0, oneofName: "type", key: member.key)
+                    self.type = .`is`(try ProtobufString.readJSON(member.value))
+                case "in":
+                    guard !member.value.isNull else { try seen.see(field: 5); continue }
+                    try seen.see(field: 5, oneof: 0, oneofName: "type", key: member.key)
+                    self.type = .`in`(try ProtobufString.readJSON(member.value))
+                case "self":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.`self` = try member.value.decodeMessage(Keywords.self, options: options) }
+                case "kind":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.kind = try ProtobufEnumField<Keywords.Kind>.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.`default`.isEmpty { writer.writeField(ProtobufString.self, self.`default`, jsonName: "default", protoName: "default") }
+        if self.`class` != 0 { writer.writeField(ProtobufInt32.self, self.`class`, jsonName: "class", protoName: "class") }
+        if self.`protocol` { writer.writeField(ProtobufBool.self, self.`protocol`, jsonName: "protocol", protoName: "protocol") }
+        switch self.type {
+        case .`is`(let value)?: writer.writeField(ProtobufString.self, value, jsonName: "is", protoName: "is")
+        case .`in`(let value)?: writer.writeField(ProtobufString.self, value, jsonName: "in", protoName: "in")
+        case nil: break
+        }
+        if let value = self.`self` { writer.writeMessage(value, jsonName: "self", protoName: "self") }
+        if self.kind.rawValue != 0 { writer.writeField(ProtobufEnumField<Keywords.Kind>.self, self.kind, jsonName: "kind", protoName: "kind") }
+    }
+}
