@@ -62,6 +62,10 @@ extension ProtobufMessage {
         }
     }
 
+    /// The Kafka `content-type` header value for this message's binary encoding (DESIGN.md, "Wire
+    /// contracts"): `application/x-protobuf; message=push.v1.SendRequest`.
+    public static var protobufContentType: String { "application/x-protobuf; message=\(protoMessageName)" }
+
     /// The binary encoding: fields in number order, proto3 defaults omitted, map entries in key
     /// order, unknown fields last.
     @inlinable

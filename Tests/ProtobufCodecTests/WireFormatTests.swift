@@ -75,6 +75,8 @@ struct WireFormatTests {
     }
 
     @Test func serviceDescriptors() {
+        #expect(SendRequest.protobufContentType == "application/x-protobuf; message=push.v1.SendRequest")
+        #expect(DeadLetter.Header.protoMessageName == "push.v1.DeadLetter.Header")
         #expect(TokenRegistry.serviceName == "push.v1.TokenRegistry")
         #expect(TokenRegistry.RegisterToken.path == "/push.v1.TokenRegistry/RegisterToken")
         #expect(TokenRegistry.UnregisterToken.Input.protoMessageName == "push.v1.UnregisterTokenRequest")
