@@ -99,7 +99,7 @@ private final class MockClusterOwner: @unchecked Sendable {
     init(brokers: Int, logger: Logger) throws(KafkaError) {
         let context = RDKafkaContext(logger: logger)
         // The mock needs a client instance for its bookkeeping; a producer that never produces.
-        let conf = try RDKafkaConfig.make([("client.id", "mock-cluster-host")], context: context)
+        let conf = try RDKafkaConfig.make([("client.id", "mock-cluster-host"), ("log_level", "4")], context: context)
         let host = try RDKafkaConfig.newHandle(RD_KAFKA_PRODUCER, conf: conf)
         guard let cluster = rd_kafka_mock_cluster_new(host, Int32(brokers)) else {
             rd_kafka_destroy(host)
