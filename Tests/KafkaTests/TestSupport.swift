@@ -11,7 +11,8 @@ enum TestSupport {
     /// The package root, found from this file's path.
     static let packageRoot: URL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    static let pythonDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python")
+    /// Python helper scripts (outside the test target so SwiftPM does not treat them as sources).
+    static let pythonDirectory = packageRoot.appendingPathComponent("Tests/KafkaTestsPython")
 
     /// A fresh name for topics and groups, so tests never see each other's records.
     static func unique(_ prefix: String) -> String {
