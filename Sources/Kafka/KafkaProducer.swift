@@ -107,6 +107,9 @@ final class ProducerCore: Sendable {
     private let configuration: KafkaProducerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
+    /// Only read and written by the poll thread.
+    nonisolated(unsafe) private var lastRecovery: ContinuousClock.Instant?
+    nonisolated(unsafe) private var consecutiveFatal = 0
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
@@ -181,9 +184,7 @@ final class ProducerCore: Sendable {
             case .failure(let error):
                 // A failure of an attempt that was superseded by a re-send is not the record's outcome.
                 guard pending.generation == generation else { return (nil, []) }
-                if error.code == .fatal || error.code == .purgedFromQueue || error.code == .purgedInFlight,
-                    configuration.recoverFromFatalErrors
-                {
+                if ProducerCore.needsRecovery(error.code, idempotent: configuration.enableIdempotence), configuration.recoverFromFatalErrors {
                     s.fatal = s.fatal ?? error
                     return (nil, [])  // stays pending: re-sent after recovery
                 }
@@ -193,6 +194,17 @@ final class ProducerCore: Sendable {
         }
         if let (pending, result) = resolved { pending.continuation.resume(with: result) }
         waiters.forEach { $0.resume(returning: true) }
+    }
+
+    /// Record failures that mean the instance must be replaced rather than the record failed: the
+    /// fatal error itself, purges (our own, while replacing), and the idempotence errors that
+    /// librdkafka 2.0.2 turns into fatal errors (sequence desynchronisation).
+    static func needsRecovery(_ code: KafkaError.Code, idempotent: Bool) -> Bool {
+        switch code {
+        case .fatal, .purgedFromQueue, .purgedInFlight: true
+        case .outOfOrderSequenceNumber, .unknownProducerID, .invalidProducerEpoch: idempotent
+        default: false
+        }
     }
 
     /// `error_cb` (poll thread).
@@ -302,6 +314,14 @@ final class ProducerCore: Sendable {
             return s.generation + 1
         }
         _ = consume old  // rd_kafka_destroy, on this thread
+        // Back off when fatal errors follow each other closely (a broker that keeps failing us):
+        // 0 s for the first, then 0.2 s, 0.4 s, … up to 5 s.
+        let now = ContinuousClock.now
+        consecutiveFatal = lastRecovery.map { now - $0 < .seconds(30) } == true ? consecutiveFatal + 1 : 0
+        lastRecovery = now
+        if consecutiveFatal > 0 {
+            Thread.sleep(forTimeInterval: min(5, 0.1 * Double(1 << min(consecutiveFatal, 6))))
+        }
         var replacement: RDKafkaProducerClient?
         while replacement == nil {
             do {

@@ -86,6 +86,8 @@ extension KafkaError {
         public static let outOfOrderSequenceNumber = Code(RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER)
         /// The producer id is unknown to the broker (59, `UNKNOWN_PRODUCER_ID`).
         public static let unknownProducerID = Code(RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID)
+        /// The producer epoch is stale (47, `INVALID_PRODUCER_EPOCH`).
+        public static let invalidProducerEpoch = Code(RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)
         /// The broker could not write to its log (56, `KAFKA_STORAGE_ERROR`).
         public static let kafkaStorageError = Code(RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR)
 

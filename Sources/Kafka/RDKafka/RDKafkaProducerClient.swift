@@ -142,6 +142,10 @@ private func rdKafkaDeliveryCallback(_ rk: OpaquePointer?, _ message: UnsafePoin
     let err = message.pointee.err
     if err == RD_KAFKA_RESP_ERR_NO_ERROR {
         context.onDelivery?(id, .success((KafkaPartition(rawValue: message.pointee.partition), KafkaOffset(rawValue: message.pointee.offset))))
+    } else if let rk, rd_kafka_fatal_error(rk, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR {
+        // The instance failed fatally (librdkafka raises it before failing the records, e.g. with
+        // OUT_OF_ORDER_SEQUENCE_NUMBER): the record's failure is the instance's, not its own.
+        context.onDelivery?(id, .failure(KafkaError(code: .fatal, message: "instance failed fatally; record failed with \(KafkaError.Code(err).name)")))
     } else {
         context.onDelivery?(id, .failure(KafkaError(err)))
     }
