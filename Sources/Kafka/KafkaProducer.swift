@@ -99,6 +99,8 @@ final class ProducerCore: Sendable {
         var stopping = false
         var stopped = false
         var recoveries = 0
+        var lastRecovery: ContinuousClock.Instant?
+        var consecutiveFatal = 0
         var nextWaiterID: UInt64 = 0
         var flushWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
@@ -107,9 +109,6 @@ final class ProducerCore: Sendable {
     private let configuration: KafkaProducerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
-    /// Only read and written by the poll thread.
-    nonisolated(unsafe) private var lastRecovery: ContinuousClock.Instant?
-    nonisolated(unsafe) private var consecutiveFatal = 0
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
@@ -317,8 +316,11 @@ final class ProducerCore: Sendable {
         // Back off when fatal errors follow each other closely (a broker that keeps failing us):
         // 0 s for the first, then 0.2 s, 0.4 s, … up to 5 s.
         let now = ContinuousClock.now
-        consecutiveFatal = lastRecovery.map { now - $0 < .seconds(30) } == true ? consecutiveFatal + 1 : 0
-        lastRecovery = now
+        let consecutiveFatal = state.withLock { s in
+            s.consecutiveFatal = s.lastRecovery.map { now - $0 < .seconds(30) } == true ? s.consecutiveFatal + 1 : 0
+            s.lastRecovery = now
+            return s.consecutiveFatal
+        }
         if consecutiveFatal > 0 {
             Thread.sleep(forTimeInterval: min(5, 0.1 * Double(1 << min(consecutiveFatal, 6))))
         }
