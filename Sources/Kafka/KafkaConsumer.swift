@@ -52,6 +52,9 @@ public final class KafkaConsumer: Sendable {
     /// The partitions assigned to this member right now.
     public var assignment: [KafkaTopicPartition] { core.assignment }
 
+    /// Records waiting in the `messages` buffer (for tests of the buffering bound).
+    var bufferedCount: Int { core.bufferedCount }
+
     /// Leaves the group (revoking the assignment, which reports `partitionsRevoked`), destroys the
     /// librdkafka instance and ends `messages` and `events`. Idempotent; returns when done.
     public func close() async {
@@ -72,6 +75,8 @@ final class ConsumerCore: Sendable {
         var observers = 0
         var assignment: Set<KafkaTopicPartition> = []
         var paused = false
+        /// The poll thread waits on `spaceAvailable` for the reader to make room.
+        var pollerWaiting = false
         var closing = false
         var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
@@ -114,6 +119,10 @@ final class ConsumerCore: Sendable {
     private let logger: Logger
     private let state = Mutex(State())
     private let commitThread = DedicatedThread(name: "kafka-consumer-commit")
+    /// Signalled by the reader when it made room in a full buffer, and by `close`.
+    private let spaceAvailable = DispatchSemaphore(value: 0)
+    /// How long a full buffer may stay full before the partitions are paused.
+    static let stallThreshold: DispatchTimeInterval = .milliseconds(500)
 
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
@@ -136,6 +145,7 @@ final class ConsumerCore: Sendable {
     }
 
     var assignment: [KafkaTopicPartition] { state.withLock { $0.assignment.sorted() } }
+    var bufferedCount: Int { state.withLock { $0.bufferedCount } }
 
     // MARK: Poll thread
 
@@ -143,22 +153,40 @@ final class ConsumerCore: Sendable {
         let high = max(1, configuration.maxBufferedMessages)
         let low = high / 2
         while true {
-            let (client, closing, pause, resume) = state.withLock { s -> (RDKafkaConsumerClient?, Bool, Bool, Bool) in
-                var pause = false
-                var resume = false
-                if !s.paused, s.bufferedCount >= high {
-                    s.paused = true
-                    pause = true
-                } else if s.paused, s.bufferedCount <= low {
-                    s.paused = false
-                    resume = true
-                }
-                return (s.client, s.closing, pause, resume)
-            }
+            let (client, closing, full, paused) = state.withLock { s in (s.client, s.closing, s.bufferedCount >= high, s.paused) }
             guard let client, !closing else { break }
-            if pause { client.pause(client.assignment()) }
-            if resume { client.resume(client.assignment()) }
-            switch client.poll(timeoutMilliseconds: state.withLock { $0.paused } ? 20 : 100) {
+            if full, !paused {
+                // Take no more records until the reader makes room. A reader that stalls longer than
+                // `stallThreshold` gets the partitions paused, so that rebalance callbacks are served
+                // again (by polling) without records piling up. librdkafka's own prefetch queue is
+                // bounded by queued.min.messages / queued.max.messages.kbytes meanwhile.
+                state.withLock { $0.pollerWaiting = true }
+                let woken = spaceAvailable.wait(timeout: .now() + ConsumerCore.stallThreshold) == .success
+                let stillFull = state.withLock { s in
+                    s.pollerWaiting = false
+                    if !woken, s.bufferedCount >= high, !s.closing {
+                        s.paused = true
+                        return true
+                    }
+                    return false
+                }
+                if stillFull {
+                    let partitions = client.assignment()
+                    logger.debug("reader stalled with a full buffer: pausing partitions", ["partitions": partitions.map(\.description).joined(separator: ",")])
+                    client.pause(partitions)
+                }
+                continue
+            }
+            if paused, state.withLock({ s in
+                guard s.bufferedCount <= low else { return false }
+                s.paused = false
+                return true
+            }) {
+                let partitions = client.assignment()
+                logger.debug("buffer drained: resuming partitions", ["partitions": partitions.map(\.description).joined(separator: ",")])
+                client.resume(partitions)
+            }
+            switch client.poll(timeoutMilliseconds: 100) {
             case .nothing:
                 break
             case .message(let message):
@@ -236,12 +264,17 @@ final class ConsumerCore: Sendable {
     func nextMessage() async -> KafkaMessage? {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<KafkaMessage?, Never>) in
-                let ready = state.withLock { s -> KafkaMessage?? in
-                    if let message = s.popMessage() { return .some(message) }
-                    if s.finished || Task.isCancelled { return .some(nil) }
+                let (ready, wake) = state.withLock { s -> (KafkaMessage??, Bool) in
+                    if let message = s.popMessage() {
+                        let wake = s.pollerWaiting
+                        s.pollerWaiting = false
+                        return (.some(message), wake)
+                    }
+                    if s.finished || Task.isCancelled { return (.some(nil), false) }
                     s.messageWaiter = continuation
-                    return nil
+                    return (nil, false)
                 }
+                if wake { spaceAvailable.signal() }
                 if let ready { continuation.resume(returning: ready) }
             }
         } onCancel: {
@@ -303,12 +336,13 @@ final class ConsumerCore: Sendable {
                 s.closeWaiters.append(continuation)
                 return false
             }
-            if done { continuation.resume() }
+            if done { continuation.resume() } else { spaceAvailable.signal() }
         }
     }
 
     /// Asks the poll thread to close without waiting (from `KafkaConsumer.deinit`).
     func requestClose() {
         state.withLock { $0.closing = true }
+        spaceAvailable.signal()
     }
 }

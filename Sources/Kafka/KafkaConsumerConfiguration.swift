@@ -39,14 +39,13 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// Heartbeat period (`heartbeat.interval.ms`). Default: a third of `sessionTimeout`, at most 3 s.
     public var heartbeatInterval: Duration? = nil
     /// Longest time between two polls before the member leaves the group (`max.poll.interval.ms`).
-    /// Default 300 s. The poll thread keeps polling while the message buffer is full (partitions are
-    /// paused instead), so only a revocation waiting for the application counts against it.
+    /// Default 300 s. The poll thread keeps polling while the message buffer is full (after 0.5 s it
+    /// pauses the partitions instead), so only a revocation waiting for the application counts.
     public var maxPollInterval: Duration = .seconds(300)
     /// Eager or cooperative rebalancing. Default `.eager`.
     public var rebalanceProtocol: RebalanceProtocol = .eager
-    /// Most messages held in the `messages` buffer before the poll thread pauses the assigned
-    /// partitions (`rd_kafka_pause_partitions`); they resume when the buffer has drained to half.
-    /// Default 1,000.
+    /// Most messages held in the `messages` buffer; see `KafkaMessageSequence` for what happens when
+    /// it is full (no more polling for records, then paused partitions). Default 1,000.
     public var maxBufferedMessages: Int = 1000
     /// Upper bound of librdkafka's own prefetch queue per partition, in KiB
     /// (`queued.max.messages.kbytes`; `queued.min.messages` is set to `maxBufferedMessages`).

@@ -1,10 +1,13 @@
 /// The records a `KafkaConsumer` reads, in partition order, as an `AsyncSequence`.
 ///
-/// Buffering: the poll thread appends to a buffer of at most `maxBufferedMessages` records (plus the
-/// few that librdkafka had already fetched when the limit was hit); when it is full, the assigned
-/// partitions are paused (`rd_kafka_pause_partitions`) and resumed once the buffer drained to half,
-/// so memory stays bounded however slowly the records are consumed. Records of revoked partitions
-/// are dropped from the buffer.
+/// Buffering: the poll thread appends to a buffer of at most `maxBufferedMessages` records and stops
+/// taking records from librdkafka while it is full (librdkafka's own prefetch queue is bounded by
+/// `queued.min.messages` = `maxBufferedMessages` and `queued.max.messages.kbytes`). When the reader
+/// leaves the buffer full for more than 0.5 s, the assigned partitions are paused
+/// (`rd_kafka_pause_partitions`, which also drops librdkafka's prefetched records; fetching resumes
+/// at the next undelivered offset) and polling continues so that rebalances are still served; they
+/// resume once the buffer drained to half. Memory stays bounded however slowly records are read.
+/// Records of revoked partitions are dropped from the buffer.
 ///
 /// Iterate from one task at a time. The sequence ends when the consumer is closed, and `next()`
 /// returns `nil` when the iterating task is cancelled.
