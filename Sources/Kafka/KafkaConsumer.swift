@@ -227,6 +227,10 @@ final class ConsumerCore: Sendable {
 
     /// Rebalance callback (poll thread). Returns whether newly assigned partitions must be paused.
     private func rebalanced(_ rebalance: RDKafkaRebalance) -> Bool {
+        if rebalance.partitions.isEmpty {
+            // Cooperative rounds often hand out nothing: no event.
+            return state.withLock { $0.paused }
+        }
         switch rebalance.kind {
         case .assigned:
             logger.info("partitions assigned", ["partitions": rebalance.partitions.map(\.description).joined(separator: ",")])

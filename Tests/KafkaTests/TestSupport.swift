@@ -1,5 +1,6 @@
 import Foundation
 import ServiceCore
+import Synchronization
 import Testing
 
 @testable import Kafka
@@ -136,4 +137,11 @@ enum TestSupport {
 
 extension Array where Element == UInt8 {
     var utf8String: String { String(decoding: self, as: UTF8.self) }
+}
+
+/// A counter shared between tasks.
+final class Counter: Sendable {
+    private let value = Synchronization.Atomic<Int>(0)
+    func increment() { value.add(1, ordering: .relaxed) }
+    var current: Int { value.load(ordering: .relaxed) }
 }
