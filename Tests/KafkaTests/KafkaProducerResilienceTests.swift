@@ -14,27 +14,30 @@ struct KafkaProducerResilienceTests {
     private func consumeAll(_ cluster: KafkaMockCluster, topic: String, expected: Set<String>) async throws -> [String: Int] {
         let consumer = try KafkaConsumer(
             configuration: TestSupport.consumerConfig(cluster, group: TestSupport.unique("check"), topics: [topic]), logger: TestSupport.logger)
-        let counts = try await withThrowingTaskGroup(of: [String: Int]?.self) { group in
+        let seen = Tally()
+        let complete = try await withThrowingTaskGroup(of: Bool.self) { group in
             group.addTask {
                 try await Task.sleep(for: .seconds(30))
-                return nil
+                return false
             }
             group.addTask {
-                var counts: [String: Int] = [:]
                 var missing = expected
                 for await message in consumer.messages {
-                    counts[message.value.utf8String, default: 0] += 1
+                    seen.add(message.value.utf8String)
                     missing.remove(message.value.utf8String)
-                    if missing.isEmpty { break }
+                    if missing.isEmpty { return true }
                 }
-                return counts
+                return false
             }
             let first = try await group.next()!
             group.cancelAll()
             return first
         }
         await consumer.close()
-        guard let counts else { throw TestSupport.TimedOut(what: "all records") }
+        let counts = seen.counts
+        guard complete else {
+            throw TestSupport.TimedOut(what: "all records; missing \(expected.subtracting(counts.keys).sorted().prefix(20))")
+        }
         return counts
     }
 
@@ -148,4 +151,11 @@ struct KafkaProducerResilienceTests {
         config.additionalProperties["no.such.property"] = "1"
         #expect(throws: KafkaError.self) { _ = try KafkaProducer(configuration: config, logger: TestSupport.logger) }
     }
+}
+
+/// Counts values seen by a consumer task.
+final class Tally: Sendable {
+    private let values = Mutex<[String: Int]>([:])
+    func add(_ value: String) { values.withLock { $0[value, default: 0] += 1 } }
+    var counts: [String: Int] { values.withLock { $0 } }
 }

@@ -102,7 +102,13 @@ final class RDKafkaProducerClient: @unchecked Sendable {
                     vu.u.i = RD_KAFKA_MSG_F_COPY
                     vus.append(vu)
                     guard let error = rd_kafka_produceva(handle, vus, vus.count) else { return nil }
-                    return KafkaError.consuming(error)
+                    let failure = KafkaError.consuming(error)
+                    // After a fatal error, produce fails with the fatal error's underlying code
+                    // (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER), not _FATAL: report it as _FATAL.
+                    if rd_kafka_fatal_error(handle, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        return KafkaError(code: .fatal, message: failure.message)
+                    }
+                    return failure
                 }
             }
         }
