@@ -1,0 +1,403 @@
+import Foundation
+import ServiceCore
+import Synchronization
+
+/// An idempotent Kafka producer (acks=all by default) whose `send` resolves once the broker
+/// acknowledged the record.
+///
+/// - Delivery reports are served by `rd_kafka_poll` on a thread of the producer's own
+///   (`kafka-producer-poll`), never on Swift's cooperative pool; `send` itself only enqueues
+///   (non-blocking `rd_kafka_produceva`) and suspends.
+/// - Back-pressure: when librdkafka's local queue is full (`_QUEUE_FULL`), records wait in an
+///   in-memory backlog, in `send` order, and are enqueued as room appears; `send` keeps waiting
+///   rather than failing. Memory therefore grows with the number of concurrent `send` calls.
+/// - Fatal errors (`_FATAL`, e.g. the idempotent producer's sequence desynchronisation in
+///   librdkafka 2.0.2): the poll thread destroys the `rd_kafka_t`, creates a new one and re-sends
+///   every record not yet acknowledged, in `send` order; callers only see a longer wait. A record
+///   that the broker had written but whose acknowledgement was lost with the old instance is
+///   written again (at-least-once).
+/// - Ordering: records of one key keep `send` order as long as no fatal-error recovery intervenes.
+public final class KafkaProducer: Sendable {
+    private let core: ProducerCore
+
+    /// Creates the producer and starts its poll thread.
+    /// - Throws: `KafkaError` with code `invalidArgument` when librdkafka rejects a property.
+    public init(configuration: KafkaProducerConfiguration, logger: Logger = Logger(label: "kafka.producer")) throws(KafkaError) {
+        core = try ProducerCore(configuration: configuration, logger: logger)
+        core.startPollThread()
+    }
+
+    deinit { core.requestStop() }
+
+    /// Sends one record and waits until the broker acknowledged it (with `acks=all`: every in-sync
+    /// replica), however long outages, a full local queue or fatal-error recovery take.
+    ///
+    /// Cancelling the calling task does not withdraw the record; the call still waits for its outcome.
+    /// - Parameters:
+    ///   - topic: the topic name.
+    ///   - key: the record key; records with equal keys go to the same partition. `nil` for none.
+    ///   - value: the record value bytes.
+    ///   - headers: record headers, kept in this order.
+    /// - Returns: the partition and offset the broker assigned.
+    /// - Throws: `KafkaError`: `messageTimedOut` after `messageTimeout`, `messageSizeTooLarge`,
+    ///   `unknownTopicOrPartition`, `shutdown` after `shutdown()`, `fatal` when recovery is disabled.
+    public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws -> KafkaDeliveryReport {
+        let (partition, offset) = try await core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers))
+        return KafkaDeliveryReport(topic: topic, partition: partition, offset: offset)
+    }
+
+    /// Sends one record whose key is the UTF-8 encoding of `key`. See `send(topic:key:value:headers:)`.
+    public func send(topic: String, key: String, value: [UInt8], headers: [KafkaHeader] = []) async throws -> KafkaDeliveryReport {
+        try await send(topic: topic, key: Array(key.utf8), value: value, headers: headers)
+    }
+
+    /// Waits until every record sent so far was acknowledged (or failed).
+    /// - Throws: `KafkaError` with code `timedOut` when records are still pending after `timeout`.
+    public func flush(timeout: Duration) async throws {
+        guard await core.flush(timeout: timeout) else {
+            throw KafkaError(code: .timedOut, message: "\(core.pendingCount) records still unacknowledged after \(timeout)")
+        }
+    }
+
+    /// Flushes for up to `timeout`, fails what is still pending with `shutdown`, then destroys the
+    /// librdkafka instance and ends the poll thread. Later `send` calls throw `shutdown`. Idempotent.
+    public func shutdown(timeout: Duration = .seconds(10)) async {
+        _ = await core.flush(timeout: timeout)
+        await core.stop()
+    }
+
+    /// Records sent but not yet acknowledged or failed.
+    public var pendingCount: Int { core.pendingCount }
+
+    /// How many times the producer recreated its librdkafka instance after a fatal error.
+    public var fatalErrorRecoveries: Int { core.recoveries }
+
+    /// Raises a fatal error inside librdkafka (`rd_kafka_test_fatal_error`), for recovery tests.
+    func raiseFatalErrorForTesting(reason: String) { core.raiseFatalErrorForTesting(reason: reason) }
+}
+
+/// The producer's state and poll thread. All mutable state lives in `state`; continuations are resumed
+/// after the lock is released.
+final class ProducerCore: Sendable {
+    fileprivate struct Pending {
+        var record: OutgoingRecord
+        var continuation: CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>
+        /// The generation of the producer instance it was last enqueued on; `nil` while in the backlog.
+        var generation: Int?
+    }
+
+    fileprivate struct State {
+        var client: RDKafkaProducerClient?
+        var generation = 0
+        var nextID: UInt64 = 1
+        var pending: [UInt64: Pending] = [:]
+        /// Ids waiting to be enqueued (queue full, or waiting for a new instance), in send order.
+        var backlog: [UInt64] = []
+        var fatal: KafkaError?
+        /// Set when recovery is disabled and a fatal error happened: every later send fails with it.
+        var failedPermanently: KafkaError?
+        var stopping = false
+        var stopped = false
+        var recoveries = 0
+        var lastRecovery: ContinuousClock.Instant?
+        var consecutiveFatal = 0
+        var nextWaiterID: UInt64 = 0
+        var flushWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let configuration: KafkaProducerConfiguration
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
+        self.configuration = configuration
+        self.logger = logger
+        let client = try makeClient(generation: 0)
+        state.withLock { $0.client = client }
+    }
+
+    private func makeClient(generation: Int) throws(KafkaError) -> RDKafkaProducerClient {
+        let context = RDKafkaContext(
+            logger: logger.with(["generation": String(generation)]),
+            onDelivery: { [weak self] id, result in self?.delivered(generation: generation, id: id, result: result) },
+            onError: { [weak self] error in self?.clientError(generation: generation, error: error) })
+        return try RDKafkaProducerClient(properties: configuration.properties, generation: generation, context: context)
+    }
+
+    func startPollThread() {
+        let thread = Thread { [self] in pollLoop() }
+        thread.name = "kafka-producer-poll"
+        thread.start()
+    }
+
+    var pendingCount: Int { state.withLock { $0.pending.count } }
+    var recoveries: Int { state.withLock { $0.recoveries } }
+
+    func raiseFatalErrorForTesting(reason: String) {
+        state.withLock { $0.client?.raiseFatalErrorForTesting(reason: reason) }
+    }
+
+    // MARK: Sending
+
+    func send(_ record: OutgoingRecord) async throws -> (KafkaPartition, KafkaOffset) {
+        try await withCheckedThrowingContinuation { continuation in
+            let failure: KafkaError? = state.withLock { s in
+                if s.stopping { return KafkaError(code: .shutdown, message: "producer is shut down") }
+                if let error = s.failedPermanently { return error }
+                let id = s.nextID
+                s.nextID += 1
+                s.pending[id] = Pending(record: record, continuation: continuation, generation: nil)
+                guard s.backlog.isEmpty, s.fatal == nil, let client = s.client else {
+                    s.backlog.append(id)
+                    return nil
+                }
+                guard let error = client.produce(id: id, record) else {
+                    s.pending[id]!.generation = client.generation
+                    return nil
+                }
+                switch error.code {
+                case .queueFull:
+                    s.backlog.append(id)
+                case .fatal:
+                    s.fatal = s.fatal ?? error
+                    s.backlog.append(id)
+                default:
+                    s.pending[id] = nil
+                    return error
+                }
+                return nil
+            }
+            if let failure { continuation.resume(throwing: failure) }
+        }
+    }
+
+    /// Delivery report callback (poll thread).
+    private func delivered(generation: Int, id: UInt64, result: Result<(KafkaPartition, KafkaOffset), KafkaError>) {
+        let (resolved, waiters) = state.withLock { s -> ((Pending, Result<(KafkaPartition, KafkaOffset), any Error>)?, [CheckedContinuation<Bool, Never>]) in
+            guard let pending = s.pending[id] else { return (nil, []) }  // already acknowledged: a re-sent duplicate
+            switch result {
+            case .success(let position):
+                s.pending[id] = nil
+                return (((pending, .success(position))), s.takeFlushWaitersIfIdle())
+            case .failure(let error):
+                // A failure of an attempt that was superseded by a re-send is not the record's outcome.
+                guard pending.generation == generation else { return (nil, []) }
+                if ProducerCore.needsRecovery(error.code, idempotent: configuration.enableIdempotence), configuration.recoverFromFatalErrors {
+                    s.fatal = s.fatal ?? error
+                    return (nil, [])  // stays pending: re-sent after recovery
+                }
+                s.pending[id] = nil
+                return ((pending, .failure(error)), s.takeFlushWaitersIfIdle())
+            }
+        }
+        if let (pending, result) = resolved { pending.continuation.resume(with: result) }
+        waiters.forEach { $0.resume(returning: true) }
+    }
+
+    /// Record failures that mean the instance must be replaced rather than the record failed: the
+    /// fatal error itself, purges (our own, while replacing), and the idempotence errors that
+    /// librdkafka 2.0.2 turns into fatal errors (sequence desynchronisation).
+    static func needsRecovery(_ code: KafkaError.Code, idempotent: Bool) -> Bool {
+        switch code {
+        case .fatal, .purgedFromQueue, .purgedInFlight: true
+        case .outOfOrderSequenceNumber, .unknownProducerID, .invalidProducerEpoch: idempotent
+        default: false
+        }
+    }
+
+    /// `error_cb` (poll thread).
+    private func clientError(generation: Int, error: KafkaError) {
+        if error.code == .fatal {
+            logger.error("producer fatal error", ["error": error.message, "generation": String(generation)])
+            state.withLock { s in
+                if s.generation == generation { s.fatal = s.fatal ?? error }
+            }
+        } else {
+            logger.warning("producer error", ["error": "\(error)"])
+        }
+    }
+
+    // MARK: Poll thread
+
+    private func pollLoop() {
+        while true {
+            let (client, stopping, hasBacklog, fatal) = state.withLock { s in (s.client, s.stopping, !s.backlog.isEmpty, s.fatal) }
+            if stopping { break }
+            if let fatal {
+                handleFatal(fatal, old: client)
+                continue
+            }
+            guard let client else { break }
+            client.poll(timeoutMilliseconds: hasBacklog ? 5 : 100)
+            if hasBacklog { drainBacklog() }
+        }
+        // Destroy the instance here, on this thread: rd_kafka_destroy blocks.
+        let (client, leftovers, flushWaiters, stopWaiters) = state.withLock { s in
+            let client = s.client
+            s.client = nil
+            s.stopped = true
+            let leftovers = s.pending.values.map(\.continuation)
+            s.pending.removeAll()
+            s.backlog.removeAll()
+            let flushWaiters = Array(s.flushWaiters.values)
+            s.flushWaiters.removeAll()
+            let stopWaiters = s.stopWaiters
+            s.stopWaiters.removeAll()
+            return (client, leftovers, flushWaiters, stopWaiters)
+        }
+        _ = consume client
+        leftovers.forEach { $0.resume(throwing: KafkaError(code: .shutdown, message: "producer shut down before acknowledgement")) }
+        flushWaiters.forEach { $0.resume(returning: false) }
+        stopWaiters.forEach { $0.resume() }
+    }
+
+    /// Enqueues backlog records in order until the local queue is full again.
+    private func drainBacklog() {
+        let failures = state.withLock { s -> [(CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>, KafkaError)] in
+            guard let client = s.client, s.fatal == nil else { return [] }
+            var failures: [(CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>, KafkaError)] = []
+            var index = 0
+            loop: while index < s.backlog.count {
+                let id = s.backlog[index]
+                guard let pending = s.pending[id] else {
+                    index += 1
+                    continue
+                }
+                if let error = client.produce(id: id, pending.record) {
+                    switch error.code {
+                    case .queueFull:
+                        break loop
+                    case .fatal:
+                        s.fatal = s.fatal ?? error
+                        break loop
+                    default:
+                        s.pending[id] = nil
+                        failures.append((pending.continuation, error))
+                    }
+                } else {
+                    s.pending[id]!.generation = client.generation
+                }
+                index += 1
+            }
+            s.backlog.removeFirst(index)
+            return failures
+        }
+        for (continuation, error) in failures { continuation.resume(throwing: error) }
+    }
+
+    /// Replaces the failed instance and re-sends every unacknowledged record, or fails them all when
+    /// recovery is disabled.
+    private func handleFatal(_ fatal: KafkaError, old: RDKafkaProducerClient?) {
+        // Serve what the old instance still has: acknowledgements received before the fatal error
+        // resolve their callers; its failures are ignored (the records stay pending).
+        old?.poll(timeoutMilliseconds: 0)
+        let detail = old?.fatalError ?? fatal
+        guard configuration.recoverFromFatalErrors else {
+            let (failed, waiters) = state.withLock { s in
+                s.failedPermanently = detail
+                s.fatal = nil
+                let failed = s.pending.values.map(\.continuation)
+                s.pending.removeAll()
+                s.backlog.removeAll()
+                return (failed, s.takeFlushWaitersIfIdle())
+            }
+            failed.forEach { $0.resume(throwing: detail) }
+            waiters.forEach { $0.resume(returning: true) }
+            logger.error("producer failed fatally; recovery disabled", ["error": detail.message])
+            state.withLock { $0.stopping = true }
+            return
+        }
+        let generation = state.withLock { s in
+            s.client = nil
+            return s.generation + 1
+        }
+        _ = consume old  // rd_kafka_destroy, on this thread
+        // Back off when fatal errors follow each other closely (a broker that keeps failing us):
+        // 0 s for the first, then 0.2 s, 0.4 s, … up to 5 s.
+        let now = ContinuousClock.now
+        let consecutiveFatal = state.withLock { s in
+            s.consecutiveFatal = s.lastRecovery.map { now - $0 < .seconds(30) } == true ? s.consecutiveFatal + 1 : 0
+            s.lastRecovery = now
+            return s.consecutiveFatal
+        }
+        if consecutiveFatal > 0 {
+            Thread.sleep(forTimeInterval: min(5, 0.1 * Double(1 << min(consecutiveFatal, 6))))
+        }
+        var replacement: RDKafkaProducerClient?
+        while replacement == nil {
+            do {
+                replacement = try makeClient(generation: generation)
+            } catch {
+                logger.error("cannot recreate producer after fatal error; retrying in 1 s", ["error": "\(error)"])
+                Thread.sleep(forTimeInterval: 1)
+                if state.withLock({ $0.stopping }) { return }
+            }
+        }
+        let resent = state.withLock { s in
+            s.client = replacement
+            s.generation = generation
+            s.fatal = nil
+            s.recoveries += 1
+            for id in s.pending.keys { s.pending[id]!.generation = nil }
+            s.backlog = s.pending.keys.sorted()
+            return s.backlog.count
+        }
+        logger.warning(
+            "producer recreated after fatal error; re-sending unacknowledged records",
+            ["error": detail.message, "generation": String(generation), "records": String(resent)])
+        drainBacklog()
+    }
+
+    // MARK: Flush and stop
+
+    func flush(timeout: Duration) async -> Bool {
+        let id = state.withLock { s -> UInt64? in
+            guard !s.pending.isEmpty, !s.stopped else { return nil }
+            s.nextWaiterID += 1
+            return s.nextWaiterID
+        }
+        guard let id else { return true }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let done = state.withLock { s -> Bool in
+                if s.pending.isEmpty || s.stopped { return true }
+                s.flushWaiters[id] = continuation
+                return false
+            }
+            if done {
+                continuation.resume(returning: true)
+                return
+            }
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                self?.state.withLock { $0.flushWaiters.removeValue(forKey: id) }?.resume(returning: false)
+            }
+        }
+    }
+
+    func stop() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                if s.stopped { return true }
+                s.stopping = true
+                s.stopWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    /// Asks the poll thread to end without waiting (from `KafkaProducer.deinit`).
+    func requestStop() {
+        state.withLock { $0.stopping = true }
+    }
+}
+
+extension ProducerCore.State {
+    /// The flush waiters to resume when nothing is pending any more.
+    fileprivate mutating func takeFlushWaitersIfIdle() -> [CheckedContinuation<Bool, Never>] {
+        guard pending.isEmpty, !flushWaiters.isEmpty else { return [] }
+        defer { flushWaiters.removeAll() }
+        return Array(flushWaiters.values)
+    }
+}

@@ -1,6 +1,0 @@
-import Testing
-@testable import Kafka
-
-@Suite struct KafkaPlaceholderTests {
-    @Test func placeholder() { #expect(Bool(true)) }
-}
