@@ -27,6 +27,8 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
 
+        .target(name: "RegistrationServiceCore", dependencies: ["APNs", "Kafka", "PushMessages", "ServiceCore"]),
+
         // Executables: a few lines of main.swift each.
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
 
@@ -40,6 +42,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "RegistrationServiceCoreTests", dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),  // PyJWT oracles run by python3
     ]
 )
