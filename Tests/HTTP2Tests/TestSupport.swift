@@ -52,7 +52,9 @@ enum Tools {
             }
             thread.start()
             let seconds = Double(timeout.components.seconds)
-            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { if process.isRunning { process.terminate() } }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            }
         }
         return ToolResult(status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
     }
@@ -116,9 +118,10 @@ final class PeerProcess: @unchecked Sendable {  // Process is used only through 
         throw TestError.failed("peer never listened on \(port)")
     }
 
-    /// Sends SIGTERM (no waiting: `waitUntilExit` would occupy a thread of the cooperative pool).
+    /// Sends SIGKILL: the child inherits the spawning thread's blocked-signal mask, in which SIGTERM
+    /// is blocked. No waiting: `waitUntilExit` would occupy a thread of the cooperative pool.
     func stop() {
-        if process.isRunning { process.terminate() }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
     deinit { stop() }
