@@ -41,7 +41,7 @@ let package = Package(
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
-        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "RegistrationServiceCoreTests", dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),  // PyJWT oracles run by python3
     ]

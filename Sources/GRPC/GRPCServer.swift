@@ -1,0 +1,210 @@
+import Foundation
+import HTTP2
+import Synchronization
+
+/// What a unary handler knows about its call.
+public struct GRPCContext: Sendable {
+    /// The full method path, `/package.Service/Method`.
+    public var path: String
+    /// Request metadata: the HTTP/2 header fields in order, without pseudo-headers and without the
+    /// gRPC transport fields (`content-type`, `te`, `grpc-timeout`, `grpc-encoding`, `grpc-accept-encoding`).
+    public var metadata: [HTTP2Header]
+    /// When the call's `grpc-timeout` runs out (nil: no deadline). The server answers
+    /// DEADLINE_EXCEEDED then and cancels the handler's task.
+    public var deadline: ContinuousClock.Instant?
+    /// The HTTP/2 connection the call arrived on (id, remote address, verified client certificate).
+    public var connection: HTTP2ServerConnection
+}
+
+/// Routes for a `GRPCServer`: unary methods by path, and a fallback for non-gRPC requests.
+public struct GRPCRouter: Sendable {
+    /// A unary method: the request message's bytes in, the response message's bytes out. Throw
+    /// `GRPCStatus` to end the call with that status; any other error becomes UNKNOWN.
+    public typealias UnaryHandler = @Sendable (_ request: [UInt8], _ context: GRPCContext) async throws -> [UInt8]
+
+    var routes: [String: UnaryHandler] = [:]
+    /// Serves requests whose `content-type` is not `application/grpc…` (for example JSON over HTTP/2
+    /// on `/v1/…`). Runs on the connection's thread like any `HTTP2Server.Handler`. When nil, such
+    /// requests get HTTP 415.
+    public var fallback: HTTP2Server.Handler?
+
+    /// An empty router.
+    public init() {}
+
+    /// Registers `handler` for `/service/method` (`service` is fully qualified: `push.v1.Registration`).
+    public mutating func register(service: String, method: String, _ handler: @escaping UnaryHandler) {
+        routes["/\(service)/\(method)"] = handler
+    }
+}
+
+/// A gRPC server for unary calls over `HTTP2Server` (TLS or h2c), following
+/// https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md: one length-prefixed message in,
+/// response HEADERS + DATA + trailers (`grpc-status`, `grpc-message`) out, errors as trailers-only
+/// responses, `grpc-timeout` enforced, compression refused, unknown methods UNIMPLEMENTED.
+public final class GRPCServer: Sendable {
+    /// Server configuration.
+    public struct Configuration: Sendable {
+        /// The HTTP/2 server underneath (address, TLS, SETTINGS, threads).
+        public var http2: HTTP2Server.Configuration
+        /// Largest request message accepted, in bytes; larger ones get RESOURCE_EXHAUSTED. Default 4 MiB.
+        public var maxReceiveMessageSize: Int = 4 << 20
+
+        /// Creates a configuration.
+        public init(http2: HTTP2Server.Configuration = .init(), maxReceiveMessageSize: Int = 4 << 20) {
+            self.http2 = http2
+            self.maxReceiveMessageSize = maxReceiveMessageSize
+        }
+    }
+
+    private let server: HTTP2Server
+
+    /// The bound TCP port.
+    public var port: Int { server.port }
+
+    private init(server: HTTP2Server) { self.server = server }
+
+    /// Starts serving `router`.
+    /// - Throws: `HTTP2Error` when the HTTP/2 server cannot start (bind, TLS files).
+    public static func start(configuration: Configuration, router: GRPCRouter) throws -> GRPCServer {
+        let maxSize = configuration.maxReceiveMessageSize
+        let server = try HTTP2Server.start(configuration: configuration.http2) { request, responder in
+            GRPCServer.handle(request, responder, router: router, maxSize: maxSize)
+        }
+        return GRPCServer(server: server)
+    }
+
+    /// Stops accepting, lets calls in progress finish for up to `gracePeriod`, then closes.
+    public func shutdown(gracePeriod: Duration = .seconds(5)) async {
+        await server.shutdown(gracePeriod: gracePeriod)
+    }
+
+    /// Closes every connection at once.
+    public func close() {
+        server.close()
+    }
+
+    private static let transportHeaders: Set<String> = ["content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"]
+
+    private static func handle(_ request: HTTP2ServerRequest, _ responder: HTTP2Responder, router: GRPCRouter, maxSize: Int) {
+        let contentType = request.headers.first("content-type") ?? ""
+        guard isGRPCContentType(contentType) else {
+            if let fallback = router.fallback {
+                fallback(request, responder)
+            } else {
+                responder.respond(status: 415, headers: [HTTP2Header("content-type", "text/plain")], body: Array("expected content-type application/grpc\n".utf8))
+            }
+            return
+        }
+        guard request.method == "POST" else {
+            responder.respond(status: 405, headers: [HTTP2Header("allow", "POST")])
+            return
+        }
+        if let encoding = request.headers.first("grpc-encoding"), encoding != "identity" {
+            respondTrailersOnly(responder, GRPCStatus(.unimplemented, "grpc-encoding \(encoding) is not supported"),
+                                extra: [HTTP2Header("grpc-accept-encoding", "identity")])
+            return
+        }
+        guard let handler = router.routes[request.path] else {
+            respondTrailersOnly(responder, GRPCStatus(.unimplemented, "Method not found: \(request.path)"))
+            return
+        }
+        var timeout: Duration?
+        if let value = request.headers.first("grpc-timeout") {
+            guard let parsed = GRPCWire.parseTimeout(value) else {
+                respondTrailersOnly(responder, GRPCStatus(.internal, "malformed grpc-timeout \(value)"))
+                return
+            }
+            timeout = parsed
+        }
+        let message: [UInt8]
+        do {
+            message = try GRPCWire.unframeSingle(request.body, maxSize: maxSize)
+        } catch {
+            respondTrailersOnly(responder, error)
+            return
+        }
+        let context = GRPCContext(
+            path: request.path,
+            metadata: request.headers.filter { !transportHeaders.contains($0.name) },
+            deadline: timeout.map { ContinuousClock.now + $0 },
+            connection: request.connection)
+        let call = CallCompletion(responder: responder)
+        let work = Task {
+            do {
+                let reply = try await handler(message, context)
+                call.complete(.success(reply))
+            } catch let status as GRPCStatus {
+                call.complete(.failure(status))
+            } catch is CancellationError {
+                call.complete(.failure(GRPCStatus(.cancelled, "the call was cancelled")))
+            } catch {
+                call.complete(.failure(GRPCStatus(.unknown, String(describing: error), cause: error)))
+            }
+        }
+        if let timeout {
+            let timer = Task {
+                try await Task.sleep(for: timeout)
+                if call.complete(.failure(GRPCStatus(.deadlineExceeded, "deadline of \(timeout) exceeded"))) {
+                    work.cancel()
+                }
+            }
+            call.onComplete(timer)
+        }
+    }
+
+    static func isGRPCContentType(_ value: String) -> Bool {
+        guard value.hasPrefix("application/grpc") else { return false }
+        let rest = value.dropFirst("application/grpc".count)
+        return rest.isEmpty || rest.hasPrefix("+") || rest.hasPrefix(";")
+    }
+
+    static func respondTrailersOnly(_ responder: HTTP2Responder, _ status: GRPCStatus, extra: [HTTP2Header] = []) {
+        var headers = [HTTP2Header("content-type", "application/grpc"), HTTP2Header("grpc-status", String(status.code.rawValue))]
+        if !status.message.isEmpty { headers.append(HTTP2Header("grpc-message", GRPCWire.percentEncode(status.message))) }
+        responder.respond(status: 200, headers: headers + extra)
+    }
+}
+
+/// Sends a call's outcome exactly once: the handler's result or the deadline, whichever comes first.
+private final class CallCompletion: Sendable {
+    private struct State {
+        var done = false
+        var timer: Task<Void, any Error>?
+    }
+    private let responder: HTTP2Responder
+    private let state = Mutex(State())
+
+    init(responder: HTTP2Responder) { self.responder = responder }
+
+    /// Registers the deadline timer, cancelled when the call completes first.
+    func onComplete(_ timer: Task<Void, any Error>) {
+        let done = state.withLock { state -> Bool in
+            if !state.done { state.timer = timer }
+            return state.done
+        }
+        if done { timer.cancel() }
+    }
+
+    /// Returns false when the call had already completed.
+    @discardableResult
+    func complete(_ result: Result<[UInt8], GRPCStatus>) -> Bool {
+        let (first, timer) = state.withLock { state -> (Bool, Task<Void, any Error>?) in
+            if state.done { return (false, nil) }
+            state.done = true
+            let timer = state.timer
+            state.timer = nil
+            return (true, timer)
+        }
+        guard first else { return false }
+        timer?.cancel()
+        switch result {
+        case .success(let reply):
+            responder.respond(
+                status: 200, headers: [HTTP2Header("content-type", "application/grpc")], body: GRPCWire.frame(reply),
+                trailers: [HTTP2Header("grpc-status", "0")])
+        case .failure(let status):
+            GRPCServer.respondTrailersOnly(responder, status)
+        }
+        return true
+    }
+}
