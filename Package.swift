@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
+        .executable(name: "registration-service", targets: ["registration-service"]),
     ],
     dependencies: [],
     targets: [
@@ -27,10 +28,15 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
 
-        .target(name: "RegistrationServiceCore", dependencies: ["APNs", "Kafka", "PushMessages", "ServiceCore"]),
+        .target(
+            name: "RegistrationServiceCore",
+            dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
 
         // Executables: a few lines of main.swift each.
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
+        .executableTarget(
+            name: "registration-service",
+            dependencies: ["GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
 
         // Tests (Swift Testing) against real parts.
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
