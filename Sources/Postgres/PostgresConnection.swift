@@ -189,9 +189,15 @@ public final class PostgresConnection: Sendable {
                     let result = job(handle)
                     let connected = handle.isConnected
                     let inTransaction = handle.isInTransaction
-                    self.state.withLock { state in
-                        state.isConnected = connected
-                        state.isInTransaction = inTransaction
+                    let justLost = self.state.withLock { state in
+                        defer {
+                            state.isConnected = connected
+                            state.isInTransaction = inTransaction
+                        }
+                        return state.isConnected && !connected
+                    }
+                    if justLost, case .failure(let error) = result {
+                        self.logger.warning("PostgreSQL connection lost", ["error": error.message])
                     }
                     return result
                 }
@@ -206,7 +212,6 @@ public final class PostgresConnection: Sendable {
         case .success(let rows):
             return rows
         case .failure(let error):
-            if error.code == .connectionLost { logger.warning("PostgreSQL connection lost", ["error": error.message]) }
             throw error
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import ServiceCore
+import Synchronization
 import Testing
 
 /// Finds the PostgreSQL server the tests use, starting the dev server when needed:
@@ -77,6 +78,16 @@ enum TestDatabase {
         }
     }
 
+    /// The URL of the suite's database with `application_name` set, to find its sessions in
+    /// `pg_stat_activity`.
+    static func url(applicationName: String) throws -> String {
+        let base = try url
+        if base.hasPrefix("postgres://") || base.hasPrefix("postgresql://") {
+            return base + (base.contains("?") ? "&" : "?") + "application_name=\(applicationName)"
+        }
+        return base + " application_name=\(applicationName)"
+    }
+
     static func connect(onNotice: (@Sendable (PostgresNotice) -> Void)? = nil) async throws -> PostgresConnection {
         try await PostgresConnection.connect(try url, logger: Logger(label: "postgres.test"), onNotice: onNotice)
     }
@@ -123,4 +134,13 @@ struct TestDatabaseTrait: SuiteTrait, TestScoping {
 extension Trait where Self == TestDatabaseTrait {
     /// A fresh database for the suite, on the server `TestServer` finds or starts.
     static var testDatabase: TestDatabaseTrait { TestDatabaseTrait() }
+}
+
+/// A value shared by concurrent test tasks.
+final class Shared<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    var value: Value { mutex.withLock { $0 } }
+    @discardableResult
+    func update<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }

@@ -187,12 +187,11 @@ final class PQConnection: @unchecked Sendable {
         // PG_DIAG_* field codes (postgres_ext.h) are character literals, which Swift does not import.
         let sqlState = field(UInt8(ascii: "C"))
         let lost = PQstatus(conn) != CONNECTION_OK
-        var message = field(UInt8(ascii: "M")) ?? Self.clean(String(cString: PQresultErrorMessage(result)))
-        if lost {
-            let libpqMessage = Self.clean(String(cString: PQerrorMessage(conn)))
-            if !libpqMessage.isEmpty, !message.contains(libpqMessage) { message += message.isEmpty ? libpqMessage : " (\(libpqMessage))" }
-            if message.isEmpty { message = "the server closed the connection" }
-        }
+        // Errors libpq generates itself (a closed socket) have no fields: take its whole message,
+        // which then includes the FATAL message the server sent before closing.
+        var message = field(UInt8(ascii: "M"))
+            ?? Self.clean(String(cString: lost ? PQerrorMessage(conn) : PQresultErrorMessage(result)))
+        if message.isEmpty { message = lost ? "the server closed the connection" : "unknown error" }
         return PostgresError(
             code: lost ? .connectionLost : (sqlState.map { PostgresError.Code(sqlState: $0) } ?? .connectionLost),
             message: message,
