@@ -77,14 +77,17 @@ public struct PostgresMigrator: Sendable {
     }
 
     private func migrateLocked(on connection: PostgresConnection) async throws -> Report {
-        try await connection.execute("""
-            CREATE TABLE IF NOT EXISTS schema_migrations (
+        let existing = try await connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL AS present")
+        if try existing.first?.bool("present") != true {
+            try await connection.execute("""
+            CREATE TABLE schema_migrations (
                 version bigint PRIMARY KEY,
                 name text NOT NULL,
                 checksum text NOT NULL,
                 applied_at timestamptz NOT NULL DEFAULT now()
             )
             """)
+        }
         var applied: [Int: (name: String, checksum: String)] = [:]
         for row in try await connection.query("SELECT version, name, checksum FROM schema_migrations") {
             guard let version = try row.int("version"), let name = try row.string("name"), let checksum = try row.string("checksum") else { continue }
