@@ -1,0 +1,146 @@
+import Foundation
+import Postgres
+import ServiceCore
+import Synchronization
+import Testing
+
+/// Finds the PostgreSQL server the tests use, starting the dev server when needed:
+/// `PUSH_PG_URL` when set; else the dev server's URL (`scripts/postgres-dev url`), after running
+/// `scripts/postgres-dev start` when nothing answers there.
+enum TestServer {
+    static let adminURL = Task<String, any Error> {
+        ProcessSignals.ignoreSIGPIPE()
+        if let url = ProcessInfo.processInfo.environment["PUSH_PG_URL"], !url.isEmpty {
+            do {
+                try await PostgresConnection.connect(url).close()
+            } catch {
+                throw TestFailure("PUSH_PG_URL=\(url) does not answer: \(error)")
+            }
+            return url
+        }
+        let url = try await runScript("url").trimmingCharacters(in: .whitespacesAndNewlines)
+        if let connection = try? await PostgresConnection.connect(url + "?connect_timeout=3") {
+            await connection.close()
+            return url
+        }
+        _ = try await runScript("start")
+        try await PostgresConnection.connect(url).close()
+        return url
+    }
+
+    static let script = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("scripts/postgres-dev").path
+
+    /// Runs `scripts/postgres-dev <command>` and returns its standard output.
+    static func runScript(_ command: String) async throws -> String {
+        guard FileManager.default.isExecutableFile(atPath: script) else { throw TestFailure("\(script) is missing") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: script)
+        process.arguments = [command]
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do { try process.run() } catch { continuation.resume(throwing: error) }
+        }
+        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        guard status == 0 else { throw TestFailure("scripts/postgres-dev \(command) exited \(status): \(err)") }
+        return out
+    }
+
+    /// `url` with its database replaced by `database` (URL or keyword form).
+    static func url(_ url: String, database: String) -> String {
+        if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://"), var components = URLComponents(string: url) {
+            components.path = "/" + database
+            return components.string ?? url
+        }
+        return url + " dbname=\(database)"
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The fresh database of the running suite (see `.testDatabase`).
+enum TestDatabase {
+    @TaskLocal static var current: String?
+
+    /// The URL of the suite's database.
+    static var url: String {
+        get throws {
+            guard let current else { throw TestFailure("the suite lacks the .testDatabase trait") }
+            return current
+        }
+    }
+
+    /// The URL of the suite's database with `application_name` set, to find its sessions in
+    /// `pg_stat_activity`.
+    static func url(applicationName: String) throws -> String {
+        let base = try url
+        if base.hasPrefix("postgres://") || base.hasPrefix("postgresql://") {
+            return base + (base.contains("?") ? "&" : "?") + "application_name=\(applicationName)"
+        }
+        return base + " application_name=\(applicationName)"
+    }
+
+    static func connect(onNotice: (@Sendable (PostgresNotice) -> Void)? = nil) async throws -> PostgresConnection {
+        try await PostgresConnection.connect(try url, logger: Logger(label: "postgres.test"), onNotice: onNotice)
+    }
+
+    /// Runs `body` on a fresh connection and closes it afterwards.
+    static func withConnection<T>(
+        isolation: isolated (any Actor)? = #isolation, _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let connection = try await connect()
+        do {
+            let value = try await body(connection)
+            await connection.close()
+            return value
+        } catch {
+            await connection.close()
+            throw error
+        }
+    }
+}
+
+/// Creates `test_<random>` on the server for the whole suite and drops it afterwards, so suites
+/// run in parallel without seeing each other's tables.
+struct TestDatabaseTrait: SuiteTrait, TestScoping {
+    var isRecursive: Bool { false }
+
+    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        let adminURL = try await TestServer.adminURL.value
+        // The name is made of hex digits only: DDL cannot take it as a parameter.
+        let name = "test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
+        let admin = try await PostgresConnection.connect(adminURL)
+        try await admin.execute("CREATE DATABASE \(name)")
+        do {
+            try await TestDatabase.$current.withValue(TestServer.url(adminURL, database: name)) { try await function() }
+        } catch {
+            _ = try? await admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            await admin.close()
+            throw error
+        }
+        try await admin.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        await admin.close()
+    }
+}
+
+extension Trait where Self == TestDatabaseTrait {
+    /// A fresh database for the suite, on the server `TestServer` finds or starts.
+    static var testDatabase: TestDatabaseTrait { TestDatabaseTrait() }
+}
+
+/// A value shared by concurrent test tasks.
+final class Shared<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    var value: Value { mutex.withLock { $0 } }
+    @discardableResult
+    func update<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
+}
