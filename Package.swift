@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
         .executable(name: "registration-service", targets: ["registration-service"]),
+        .executable(name: "dispatcher", targets: ["dispatcher"]),
     ],
     dependencies: [],
     targets: [
@@ -32,8 +33,14 @@ let package = Package(
             name: "RegistrationServiceCore",
             dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
 
+        .target(
+            name: "DispatcherCore",
+            dependencies: ["APNs", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+
         // Executables: a few lines of main.swift each.
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
+        .executableTarget(
+            name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
         .executableTarget(
             name: "registration-service",
             dependencies: ["GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),

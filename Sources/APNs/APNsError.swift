@@ -22,6 +22,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
             case badSignature
             case invalidCertificate
             case invalidPKCS12
+            case invalidConfiguration
         }
 
         private let value: Value
@@ -57,6 +58,8 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         public static let invalidCertificate = Code(.invalidCertificate)
         /// A PKCS#12 file that cannot be decoded (wrong password, corrupt, unsupported cipher).
         public static let invalidPKCS12 = Code(.invalidPKCS12)
+        /// A client setting is unusable (for example an APNs URL that is not `https://host[:port]`).
+        public static let invalidConfiguration = Code(.invalidConfiguration)
 
         /// The code's name, e.g. `invalidDeviceToken`.
         public var description: String { value.rawValue }

@@ -11,6 +11,12 @@ public struct EnvironmentConfig: Sendable {
         /// What is wrong with it.
         public let problem: String
         public var description: String { "environment variable \(variable): \(problem)" }
+
+        /// An error for `variable`, saying what is wrong with it.
+        public init(variable: String, problem: String) {
+            self.variable = variable
+            self.problem = problem
+        }
     }
 
     private let values: [String: String]

@@ -152,3 +152,22 @@ def test_undecodable_send_request_goes_to_dead_letter_and_the_next_is_delivered(
               if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == good_id][0]
     assert report.device_token == token
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
+
+
+def test_json_over_http2_registers_and_names_the_bad_field():
+    import httpx
+    address = stack.stack_env()["PUSH_GRPC_ADDRESS"]
+    token = stack.random_token()
+    with httpx.Client(http1=False, http2=True, timeout=10) as client:
+        ok = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken",
+                         json={"device": {"deviceToken": token.upper(), "bundleId": "com.example.e2e",
+                                          "environment": "PRODUCTION", "userId": "json-user"}})
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["deviceToken"] == token
+        bad = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken",
+                          json={"device": {"deviceToken": "xyz", "bundleId": "com.example.e2e", "environment": "PRODUCTION"}})
+        assert bad.status_code == 400
+        assert bad.json()["code"] == "INVALID_ARGUMENT"
+        assert bad.json()["message"].startswith("device.device_token:")
+    wait_for(lambda: stack.psql(f"SELECT environment FROM device_tokens WHERE device_token = '{token}'") == [["production"]],
+             what="the JSON-registered token row")

@@ -1,0 +1,142 @@
+import Foundation
+import Kafka
+import PushMessages
+import ServiceCore
+import Synchronization
+
+/// The dispatcher service: consumes token events and send requests (consumer group
+/// `push-dispatcher`), applies the events to PostgreSQL, sends the requests, and commits each
+/// record's offset only after its work is done and its outcomes were acknowledged by Kafka.
+///
+/// This version handles one record at a time; a failure of PostgreSQL or Kafka retries the same
+/// record with exponential backoff (it never skips one), and a malformed record goes to the
+/// dead-letter topic.
+public final class Dispatcher: Sendable {
+    private let configuration: DispatcherConfiguration
+    private let store: TokenStore
+    private let processor: SendRequestProcessor
+    private let feedback: FeedbackPublisher
+    private let clock: any WallClock
+    private let logger: Logger
+    private let busy = Atomic<Bool>(false)
+
+    public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
+                producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher")) {
+        self.configuration = configuration
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+        self.feedback = FeedbackPublisher(producer: producer, topics: configuration.topics, clock: clock)
+        self.processor = SendRequestProcessor(
+            store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
+            clock: clock, logger: logger)
+    }
+
+    /// Migrates the schema, joins the consumer group and processes records until the task is
+    /// cancelled; then leaves the group cleanly.
+    /// - Throws: `PostgresError` when migrations fail, `KafkaError` when the consumer cannot start.
+    public func run() async throws {
+        try await store.migrate()
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            bootstrapServers: configuration.bootstrapServers, groupID: configuration.consumerGroup,
+            topics: [configuration.topics.tokenEvents, configuration.topics.sendRequests])
+        consumerConfiguration.clientID = "dispatcher-\(configuration.instanceID)"
+        consumerConfiguration.sessionTimeout = configuration.sessionTimeout
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
+        logger.info("dispatcher ready", ["group": configuration.consumerGroup, "instance": configuration.instanceID])
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.watchRebalances(consumer) }
+            group.addTask {
+                await withTaskCancellationHandler {
+                    await self.consume(consumer)
+                } onCancel: {
+                    Task { await consumer.close() }
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        await consumer.close()
+    }
+
+    private func consume(_ consumer: KafkaConsumer) async {
+        for await message in consumer.messages {
+            busy.store(true, ordering: .sequentiallyConsistent)
+            defer { busy.store(false, ordering: .sequentiallyConsistent) }
+            await withRetries("record \(message.topic)/\(message.partition)@\(message.offset)") {
+                try await self.handle(message)
+            }
+            await withRetries("commit \(message.topic)/\(message.partition)@\(message.offset.next)", giveUpOn: { ($0 as? KafkaError)?.code == .assignmentLost }) {
+                try await consumer.commit(topic: message.topic, partition: message.partition, offset: message.offset.next)
+            }
+            if Task.isCancelled { break }
+        }
+    }
+
+    /// Lets a revocation proceed once the record in progress is finished and committed.
+    private func watchRebalances(_ consumer: KafkaConsumer) async {
+        for await event in consumer.events {
+            switch event {
+            case .partitionsAssigned(let partitions):
+                logger.info("partitions assigned", ["partitions": partitions.map { "\($0)" }.joined(separator: ",")])
+            case .partitionsRevoked(let revocation):
+                while busy.load(ordering: .sequentiallyConsistent) {
+                    try? await Task.sleep(for: .milliseconds(5))
+                }
+                logger.info("partitions revoked", ["partitions": revocation.partitions.map { "\($0)" }.joined(separator: ",")])
+                revocation.finish()
+            case .error(let error):
+                logger.warning("consumer error", ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Handles one record; throws only for transient infrastructure failures.
+    func handle(_ message: KafkaMessage) async throws {
+        if message.topic == configuration.topics.tokenEvents {
+            let event: TokenEvent
+            do {
+                event = try TokenEvent(protobufBytes: message.value)
+                guard let device = event.device, !device.deviceToken.isEmpty else {
+                    throw SendRequestDecoder.Rejection("device.device_token: is required")
+                }
+            } catch {
+                try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
+                return
+            }
+            let applied = try await store.apply(event)
+            logger.debug("token event", ["event_id": event.eventID, "applied": "\(applied)"])
+        } else if message.topic == configuration.topics.sendRequests {
+            let request: SendRequest
+            do {
+                request = try SendRequestDecoder.decode(message)
+            } catch {
+                logger.warning("send request rejected", ["error": error.description, "offset": "\(message.offset)"])
+                try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+                return
+            }
+            try await processor.process(request, consumedAtMs: clock.nowMilliseconds())
+        }
+    }
+
+    /// Runs `body` until it succeeds, backing off exponentially on errors, or until cancelled or
+    /// `giveUpOn` says the error is final.
+    private func withRetries(_ what: String, giveUpOn: (any Error) -> Bool = { _ in false }, _ body: () async throws -> Void) async {
+        var delay = configuration.initialRetryDelay
+        while true {
+            do {
+                try await body()
+                return
+            } catch {
+                if giveUpOn(error) || Task.isCancelled {
+                    logger.warning("giving up", ["what": what, "error": "\(error)"])
+                    return
+                }
+                logger.error("retrying after a failure", ["what": what, "error": "\(error)", "delay_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)"])
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, configuration.maximumRetryDelay)
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+import APNs
+import Kafka
+import ProtobufCodec
+import PushMessages
+
+/// Turns a `push.send-requests.v1` record into a checked `SendRequest`, or the reason it goes to
+/// the dead-letter topic (naming the field).
+public enum SendRequestDecoder {
+    /// A record that cannot be sent: why, naming the field.
+    public struct Rejection: Error, Sendable, CustomStringConvertible {
+        public let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// Decodes by the record's `content-type` header: proto3 JSON for `application/json`, protobuf
+    /// otherwise (the header may be absent).
+    /// - Throws: `Rejection` for an undecodable or invalid request.
+    public static func decode(_ message: KafkaMessage) throws(Rejection) -> SendRequest {
+        let contentType = message.header("content-type").map { String(decoding: $0, as: UTF8.self) } ?? ""
+        var request: SendRequest
+        do {
+            if contentType.lowercased().hasPrefix("application/json") {
+                request = try SendRequest(jsonUTF8: message.value)
+            } else {
+                request = try SendRequest(protobufBytes: message.value)
+            }
+        } catch {
+            throw Rejection("undecodable SendRequest (content-type \"\(contentType)\"): \(error)")
+        }
+        try check(request)
+        return request
+    }
+
+    /// Checks what the dispatcher needs before any token is looked up.
+    /// - Throws: `Rejection` naming the first bad field.
+    public static func check(_ request: SendRequest) throws(Rejection) {
+        guard !request.requestID.isEmpty else { throw Rejection("request_id: is required") }
+        guard let target = request.target else { throw Rejection("target: one of device_tokens, user_ids or audience is required") }
+        switch target {
+        case .deviceTokens(let tokens):
+            guard !tokens.deviceTokens.isEmpty else { throw Rejection("device_tokens.device_tokens: is empty") }
+        case .userIDs(let users):
+            guard !users.userIDs.isEmpty else { throw Rejection("user_ids.user_ids: is empty") }
+        case .audience:
+            throw Rejection("audience: app-audience campaigns are not supported by this dispatcher version")
+        }
+        guard let notification = request.notification else { throw Rejection("notification: is required") }
+        guard !notification.bundleID.isEmpty else { throw Rejection("notification.bundle_id: is required") }
+        guard notification.pushType.apnsPushType != nil else {
+            throw Rejection("notification.push_type: unknown push type \(notification.pushType)")
+        }
+        if case .unrecognized = notification.environment {
+            throw Rejection("notification.environment: unknown environment")
+        }
+        // Apple's rules, checked once on a stand-in token.
+        let template = try NotificationTemplate(notification)
+        do {
+            try APNsNotificationValidator().validate(template.request(for: NotificationTemplate.placeholderToken))
+        } catch {
+            throw Rejection("\(NotificationTemplate.field(for: error)): \(error.message)")
+        }
+    }
+}
+
+/// The per-token-independent part of an APNs request built from a `Notification`.
+struct NotificationTemplate: Sendable {
+    static let placeholderToken = try! DeviceToken(validating: String(repeating: "0", count: 64))
+
+    let bundleID: String
+    let pushType: APNsPushType
+    let priority: APNsPriority?
+    let expiration: APNsExpiration
+    let collapseID: String?
+    let apnsID: APNsID?
+    let payload: [UInt8]
+
+    init(_ notification: Notification) throws(SendRequestDecoder.Rejection) {
+        bundleID = notification.bundleID
+        pushType = notification.pushType.apnsPushType ?? .alert
+        priority = notification.priority == 0 ? nil : APNsPriority(rawValue: Int(notification.priority))
+        if let seconds = notification.expiration {
+            guard seconds >= 0 else { throw .init("notification.expiration: must be 0 or seconds since the epoch") }
+            expiration = seconds == 0 ? .immediately : .at(secondsSinceEpoch: seconds)
+        } else {
+            expiration = .omitted
+        }
+        collapseID = notification.collapseID.isEmpty ? nil : notification.collapseID
+        if notification.apnsID.isEmpty {
+            apnsID = nil
+        } else {
+            do {
+                apnsID = try APNsID(validating: notification.apnsID)
+            } catch {
+                throw .init("notification.apns_id: \(error.message)")
+            }
+        }
+        payload = Array(notification.payload.utf8)
+    }
+
+    /// The request for one token; a fresh `apns-id` per token unless the caller set one.
+    func request(for token: DeviceToken) -> APNsRequest {
+        APNsRequest(
+            deviceToken: token, topic: pushType.topic(forBundleID: bundleID), pushType: pushType,
+            priority: priority, expiration: expiration, collapseID: collapseID,
+            apnsID: apnsID ?? APNsID.random(), payload: payload)
+    }
+
+    /// The `Notification` field an APNs validation error is about.
+    static func field(for error: APNsError) -> String {
+        switch error.reason {
+        case .badCollapseId?: "notification.collapse_id"
+        case .badPriority?: "notification.priority"
+        case .badMessageId?: "notification.apns_id"
+        case .badExpirationDate?: "notification.expiration"
+        case .missingTopic?, .badTopic?, .topicDisallowed?: "notification.bundle_id"
+        default: "notification.payload"
+        }
+    }
+}

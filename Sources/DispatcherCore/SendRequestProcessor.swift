@@ -1,0 +1,208 @@
+import APNs
+import Foundation
+import PushMessages
+import ServiceCore
+
+/// Fans one send request out to its device tokens, sends each notification, and publishes a
+/// `DeliveryReport` per token and a `RequestCompleted` at the end.
+///
+/// Outcomes are recorded in `send_log` before their report is published: a redelivered request
+/// re-publishes the recorded report (same event id) instead of sending again, so a push goes out
+/// twice only if the process died between Apple's answer and the record.
+public final class SendRequestProcessor: Sendable {
+    private let store: TokenStore
+    private let sender: any NotificationSender
+    private let feedback: FeedbackPublisher
+    private let defaultEnvironment: APNsEnvironment
+    private let clock: any WallClock
+    private let logger: Logger
+
+    public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
+                defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger) {
+        self.store = store
+        self.sender = sender
+        self.feedback = feedback
+        self.defaultEnvironment = defaultEnvironment
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// One token to send to, or an outcome known without sending.
+    private enum Target {
+        case send(StoredToken)
+        case outcome(token: String, userID: String, environment: APNsEnvironment?, outcome: DeliveryOutcome, reason: String)
+    }
+
+    /// Processes a request that `SendRequestDecoder` accepted.
+    /// - Parameter consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
+    /// - Throws: only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
+    ///   whole request, which is idempotent through `send_log`.
+    public func process(_ request: SendRequest, consumedAtMs: Int64) async throws {
+        guard let notification = request.notification, let target = request.target else { return }
+        let template = try NotificationTemplate(notification)
+        let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
+        let recorded = try await store.recordedOutcomes(requestID: request.requestID)
+        let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
+
+        var counts = RequestCompleted()
+        counts.requestID = request.requestID
+        counts.requestedAtMs = requestedAt
+        for target in targets {
+            let token: String
+            switch target {
+            case .send(let stored): token = stored.deviceToken
+            case .outcome(let raw, _, _, _, _): token = raw
+            }
+            let report: DeliveryReport
+            if let bytes = recorded[token], let event = try? FeedbackEvent(protobufBytes: bytes),
+               case .deliveryReport(let earlier)? = event.event
+            {
+                try await feedback.publish(serialized: bytes, key: token)
+                report = earlier
+            } else {
+                report = try await deliver(target, request: request, template: template, requestedAt: requestedAt)
+            }
+            counts.total += 1
+            switch report.outcome {
+            case .delivered: counts.delivered += 1
+            case .rejected: counts.rejected += 1
+            case .failed: counts.failed += 1
+            default: counts.skipped += 1
+            }
+        }
+        counts.completedAtMs = clock.nowMilliseconds()
+        try await feedback.publish(feedback.event(.requestCompleted(counts)), key: request.requestID)
+        logger.info("request completed", [
+            "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
+            "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
+        ])
+    }
+
+    private func resolve(_ target: SendRequest.Target, template: NotificationTemplate, environment: APNsEnvironment?) async throws -> [Target] {
+        let kind = template.request(for: NotificationTemplate.placeholderToken).requiredTokenKind.rawValue
+        switch target {
+        case .userIDs(let users):
+            var seen = Set<String>()
+            let ids = users.userIDs.filter { !$0.isEmpty && seen.insert($0).inserted }
+            return try await store.activeTokens(userIDs: ids, bundleID: template.bundleID, kinds: [kind], environment: environment)
+                .map(Target.send)
+        case .deviceTokens(let list):
+            var result: [Target] = []
+            var valid: [String] = []
+            var seen = Set<String>()
+            for raw in list.deviceTokens {
+                guard let token = try? DeviceToken(validating: raw).hex else {
+                    if seen.insert(raw).inserted {
+                        result.append(.outcome(token: raw, userID: "", environment: environment, outcome: .rejected, reason: APNsReason.badDeviceToken.rawValue))
+                    }
+                    continue
+                }
+                if seen.insert(token).inserted { valid.append(token) }
+            }
+            let stored = try await store.tokens(valid)
+            for token in valid {
+                guard let row = stored[token] else {
+                    // Never registered: the request's environment, or the configured default, decides.
+                    result.append(.send(StoredToken(
+                        deviceToken: token, bundleID: template.bundleID, environment: environment ?? defaultEnvironment, tokenKind: kind)))
+                    continue
+                }
+                let skip: String? =
+                    if !row.isActive { "TokenInactive" }
+                    else if row.bundleID != template.bundleID { "DeviceTokenNotForTopic" }
+                    else if let environment, row.environment != environment { "EnvironmentMismatch" }
+                    else if row.tokenKind != kind { "TokenKindMismatch" }
+                    else { nil }
+                if let skip {
+                    result.append(.outcome(token: token, userID: row.userID, environment: row.environment, outcome: .skipped, reason: skip))
+                } else {
+                    result.append(.send(row))
+                }
+            }
+            return result
+        case .audience:
+            return []
+        }
+    }
+
+    /// Sends (or settles without sending) one target, records the outcome and publishes its report.
+    private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64) async throws -> DeliveryReport {
+        var report = DeliveryReport()
+        report.eventID = UUID().uuidString.lowercased()
+        report.requestID = request.requestID
+        report.bundleID = template.bundleID
+        report.pushType = PushType(template.pushType)
+        report.requestedAtMs = requestedAt
+        report.collapseID = template.collapseID ?? ""
+        switch target {
+        case .outcome(let token, let userID, let environment, let outcome, let reason):
+            report.deviceToken = token
+            report.userID = userID
+            report.environment = environment.map(Environment.init) ?? .unspecified
+            report.outcome = outcome
+            report.apnsReason = reason
+            report.completedAtMs = clock.nowMilliseconds()
+        case .send(let stored):
+            report.deviceToken = stored.deviceToken
+            report.userID = stored.userID
+            report.environment = Environment(stored.environment)
+            let token = try DeviceToken(validating: stored.deviceToken)
+            let apnsRequest = template.request(for: token)
+            report.apnsID = apnsRequest.apnsID?.uuidString ?? ""
+            report.sentAtMs = clock.nowMilliseconds()
+            report.attempts = 1
+            do {
+                let response = try await sender.send(apnsRequest, environment: stored.environment)
+                report.completedAtMs = clock.nowMilliseconds()
+                report.httpStatus = UInt32(response.status)
+                report.apnsID = response.apnsID ?? report.apnsID
+                report.apnsUniqueID = response.apnsUniqueID ?? ""
+                report.apnsReason = response.reason?.rawValue ?? ""
+                switch response.action {
+                case _ where response.isSuccess:
+                    report.outcome = .delivered
+                case .deactivateToken:
+                    report.outcome = .rejected
+                    try await invalidate(stored, response: response, report: report)
+                case .reject:
+                    report.outcome = .rejected
+                default:
+                    // Retries come with the connection pool; until then a retryable answer is final.
+                    report.outcome = .failed
+                }
+            } catch {
+                report.completedAtMs = clock.nowMilliseconds()
+                report.outcome = .failed
+                report.apnsReason = "ConnectionError"
+                logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
+            }
+        }
+        let event = feedback.event(id: report.eventID, .deliveryReport(report))
+        let bytes = event.serializedBytes()
+        try await store.recordOutcome(report, event: bytes)
+        try await feedback.publish(serialized: bytes, key: report.deviceToken)
+        return report
+    }
+
+    /// DESIGN.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
+    /// announce it with `TokenInvalidated`.
+    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport) async throws {
+        let now = clock.nowMilliseconds()
+        let invalidatedAt = response.timestampMilliseconds ?? report.sentAtMs
+        guard let row = try await store.deactivate(
+            token: stored.deviceToken, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
+            invalidatedAtMs: invalidatedAt, nowMs: now)
+        else { return }
+        var invalidated = TokenInvalidated()
+        invalidated.deviceToken = row.deviceToken
+        invalidated.bundleID = row.bundleID
+        invalidated.environment = Environment(row.environment)
+        invalidated.userID = row.userID
+        invalidated.installationID = row.installationID
+        invalidated.apnsReason = response.reason?.rawValue ?? ""
+        invalidated.apnsTimestampMs = response.timestampMilliseconds ?? 0
+        invalidated.requestID = report.requestID
+        try await feedback.publish(feedback.event(.tokenInvalidated(invalidated)), key: row.deviceToken)
+        logger.info("token deactivated", ["token": row.deviceToken, "reason": invalidated.apnsReason])
+    }
+}

@@ -1,0 +1,234 @@
+import APNs
+import Foundation
+import Postgres
+import PushMessages
+
+/// The device-token table and the send log in PostgreSQL. Every statement is parameterized.
+public final class TokenStore: Sendable {
+    private let pool: PostgresPool
+
+    public init(pool: PostgresPool) {
+        self.pool = pool
+    }
+
+    /// Applies migrations (under an advisory lock, so replicas may start together).
+    /// - Throws: `PostgresError`.
+    public func migrate() async throws {
+        _ = try await PostgresMigrator(migrations: TokenStoreMigrations.all).migrate(using: pool)
+    }
+
+    // MARK: Token events
+
+    /// Applies a token event when it is newer than the last event applied to its token.
+    /// - Returns: whether the table changed.
+    /// - Throws: `PostgresError`.
+    @discardableResult
+    public func apply(_ event: TokenEvent) async throws -> Bool {
+        guard let device = event.device else { return false }
+        switch event.action {
+        case .registered:
+            return try await register(device, at: event.eventTimeMs)
+        case .unregistered:
+            return try await unregister(token: device.deviceToken, bundleID: device.bundleID, at: event.eventTimeMs)
+        default:
+            return false
+        }
+    }
+
+    private func register(_ device: Device, at eventTime: Int64) async throws -> Bool {
+        let environment = device.environment == .sandbox ? "sandbox" : "production"
+        let kind = device.kind.storedName ?? APNsTokenKind.standard.rawValue
+        let attributes = Self.jsonObject(device.attributes)
+        return try await pool.withTransaction { connection in
+            // A registration newer than Apple's last invalidation reactivates the token; an older
+            // one only refreshes the fields.
+            let changed = try await connection.query("""
+                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id,
+                    installation_id, status, last_event_at_ms, registered_at_ms, attributes)
+                VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, ''), 'active', $7, $7, $8)
+                ON CONFLICT (device_token) DO UPDATE SET
+                    bundle_id = EXCLUDED.bundle_id,
+                    environment = EXCLUDED.environment,
+                    token_kind = EXCLUDED.token_kind,
+                    user_id = EXCLUDED.user_id,
+                    installation_id = EXCLUDED.installation_id,
+                    status = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN 'active' ELSE device_tokens.status END,
+                    inactive_reason = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN NULL ELSE device_tokens.inactive_reason END,
+                    inactive_at_ms = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN NULL ELSE device_tokens.inactive_at_ms END,
+                    last_event_at_ms = EXCLUDED.last_event_at_ms,
+                    registered_at_ms = EXCLUDED.registered_at_ms,
+                    attributes = EXCLUDED.attributes,
+                    updated_at = now()
+                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+                RETURNING device_token
+                """,
+                [.string(device.deviceToken), .string(device.bundleID), .string(environment), .string(kind),
+                 .string(device.userID), .string(device.installationID), .int64(eventTime), .jsonb(attributes)])
+            guard !changed.isEmpty else { return false }
+            if !device.installationID.isEmpty {
+                // A new token of the same installation, app and kind replaces the older ones.
+                try await connection.execute("""
+                    UPDATE device_tokens
+                       SET status = 'inactive', inactive_reason = 'replaced', inactive_at_ms = $5, updated_at = now()
+                     WHERE bundle_id = $1 AND installation_id = $2 AND token_kind = $3 AND device_token <> $4
+                       AND status = 'active' AND last_event_at_ms < $5
+                    """,
+                    [.string(device.bundleID), .string(device.installationID), .string(kind),
+                     .string(device.deviceToken), .int64(eventTime)])
+            }
+            return true
+        }
+    }
+
+    private func unregister(token: String, bundleID: String, at eventTime: Int64) async throws -> Bool {
+        // An unknown token gets an inactive row, so that an older registration arriving later
+        // cannot activate it.
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,
+                    inactive_reason, inactive_at_ms, last_event_at_ms)
+                VALUES ($1, $2, 'production', 'standard', 'inactive', 'unregistered', $3, $3)
+                ON CONFLICT (device_token) DO UPDATE SET
+                    status = 'inactive', inactive_reason = 'unregistered',
+                    inactive_at_ms = EXCLUDED.inactive_at_ms,
+                    last_event_at_ms = EXCLUDED.last_event_at_ms, updated_at = now()
+                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+                  AND device_tokens.bundle_id = EXCLUDED.bundle_id
+                RETURNING device_token
+                """,
+                [.string(token), .string(bundleID), .int64(eventTime)])
+        }
+        return !rows.isEmpty
+    }
+
+    // MARK: Look-ups for sending
+
+    /// The rows of `tokens` (lowercase hex) that exist, active or not.
+    /// - Throws: `PostgresError`.
+    public func tokens(_ tokens: [String]) async throws -> [String: StoredToken] {
+        guard !tokens.isEmpty else { return [:] }
+        let rows = try await pool.withConnection { connection in
+            try await connection.query(
+                "SELECT \(Self.columns) FROM device_tokens WHERE device_token = ANY($1::text[])",
+                [.string(Self.arrayLiteral(tokens))])
+        }
+        var result: [String: StoredToken] = [:]
+        for row in rows {
+            let token = try Self.storedToken(row)
+            result[token.deviceToken] = token
+        }
+        return result
+    }
+
+    /// The active tokens of `userIDs` for `bundleID` whose kind is one of `kinds`, in one
+    /// environment or both, ordered by token.
+    /// - Throws: `PostgresError`.
+    public func activeTokens(userIDs: [String], bundleID: String, kinds: [String], environment: APNsEnvironment?) async throws -> [StoredToken] {
+        guard !userIDs.isEmpty else { return [] }
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                SELECT \(Self.columns) FROM device_tokens
+                 WHERE user_id = ANY($1::text[]) AND bundle_id = $2 AND status = 'active'
+                   AND token_kind = ANY($3::text[]) AND ($4 = '' OR environment = $4)
+                 ORDER BY device_token
+                """,
+                [.string(Self.arrayLiteral(userIDs)), .string(bundleID), .string(Self.arrayLiteral(kinds)),
+                 .string(environment?.rawValue ?? "")])
+        }
+        return try rows.map(Self.storedToken)
+    }
+
+    /// Deactivates a token after Apple declared it invalid, unless it was registered again after
+    /// `invalidatedAtMs` (Apple's 410 timestamp, or the send time when Apple gave none).
+    /// - Returns: the row as it was, when it was deactivated now.
+    /// - Throws: `PostgresError`.
+    public func deactivate(token: String, reason: String, invalidatedAtMs: Int64, nowMs: Int64) async throws -> StoredToken? {
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                UPDATE device_tokens
+                   SET status = 'inactive', inactive_reason = $2, inactive_at_ms = $4,
+                       apns_invalidated_at_ms = GREATEST(COALESCE(apns_invalidated_at_ms, 0), $3),
+                       updated_at = now()
+                 WHERE device_token = $1 AND status = 'active' AND COALESCE(registered_at_ms, 0) < $3
+                RETURNING \(Self.columns)
+                """,
+                [.string(token), .string(reason), .int64(invalidatedAtMs), .int64(nowMs)])
+        }
+        return try rows.first.map(Self.storedToken)
+    }
+
+    // MARK: Send log
+
+    /// The serialized `FeedbackEvent`s already recorded for `requestID`, by token.
+    /// - Throws: `PostgresError`.
+    public func recordedOutcomes(requestID: String) async throws -> [String: [UInt8]] {
+        let rows = try await pool.withConnection { connection in
+            try await connection.query(
+                "SELECT device_token, report FROM send_log WHERE request_id = $1", [.string(requestID)])
+        }
+        var result: [String: [UInt8]] = [:]
+        for row in rows {
+            if let token = try row.string("device_token"), let report = try row.bytes("report") { result[token] = report }
+        }
+        return result
+    }
+
+    /// Records a final outcome; a second record for the same (request, token) is ignored.
+    /// - Returns: whether this call recorded it.
+    /// - Throws: `PostgresError`.
+    @discardableResult
+    public func recordOutcome(_ report: DeliveryReport, event: [UInt8]) async throws -> Bool {
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                INSERT INTO send_log (request_id, device_token, event_id, outcome, http_status, apns_reason,
+                    apns_id, attempts, report)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                ON CONFLICT (request_id, device_token) DO NOTHING
+                RETURNING request_id
+                """,
+                [.string(report.requestID), .string(report.deviceToken), .string(report.eventID),
+                 .string(report.outcome.protoName ?? "UNKNOWN"), .int(Int(report.httpStatus)), .string(report.apnsReason),
+                 .string(report.apnsID), .int(Int(report.attempts)), .bytes(event)])
+        }
+        return !rows.isEmpty
+    }
+
+    // MARK: Helpers
+
+    private static let columns = "device_token, bundle_id, environment, token_kind, user_id, installation_id, status"
+
+    private static func storedToken(_ row: PostgresRow) throws -> StoredToken {
+        StoredToken(
+            deviceToken: try row.string("device_token") ?? "",
+            bundleID: try row.string("bundle_id") ?? "",
+            environment: try row.string("environment") == "sandbox" ? .sandbox : .production,
+            tokenKind: try row.string("token_kind") ?? APNsTokenKind.standard.rawValue,
+            userID: try row.string("user_id") ?? "",
+            installationID: try row.string("installation_id") ?? "",
+            isActive: try row.string("status") == "active")
+    }
+
+    /// A PostgreSQL array literal (`{"a","b"}`) with every element quoted and escaped, passed as
+    /// one text parameter and cast with `::text[]`.
+    static func arrayLiteral(_ values: [String]) -> String {
+        var out = "{"
+        for (index, value) in values.enumerated() {
+            if index > 0 { out += "," }
+            out += "\""
+            for ch in value.unicodeScalars {
+                if ch == "\"" || ch == "\\" { out += "\\" }
+                out.unicodeScalars.append(ch)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    static func jsonObject(_ attributes: [String: String]) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: attributes, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+}
