@@ -44,4 +44,13 @@ static inline void shim_OPENSSL_free(void *p) { OPENSSL_free(p); }
 static inline unsigned long shim_XN_FLAG_RFC2253(void) { return XN_FLAG_RFC2253; }
 static inline int shim_EVP_PKEY_EC(void) { return EVP_PKEY_EC; }
 static inline int shim_NID_userId(void) { return NID_userId; }
+/* Added for HTTP2 (server TLS, peer certificates). */
+static inline long shim_SSL_CTX_set_read_ahead(SSL_CTX *ctx, int yes) { return SSL_CTX_set_read_ahead(ctx, yes); }
+static inline long shim_SSL_CTX_set_session_cache_mode(SSL_CTX *ctx, long mode) { return SSL_CTX_set_session_cache_mode(ctx, mode); }
+static inline const long shim_SSL_OP_NO_COMPRESSION(void) { return (long)SSL_OP_NO_COMPRESSION; }
+static inline const long shim_SSL_OP_NO_RENEGOTIATION(void) { return (long)SSL_OP_NO_RENEGOTIATION; }
+static inline const long shim_SSL_OP_CIPHER_SERVER_PREFERENCE(void) { return (long)SSL_OP_CIPHER_SERVER_PREFERENCE; }
+static inline const int shim_SSL_TLSEXT_ERR_OK(void) { return SSL_TLSEXT_ERR_OK; }
+static inline const int shim_SSL_TLSEXT_ERR_ALERT_FATAL(void) { return SSL_TLSEXT_ERR_ALERT_FATAL; }
+static inline const int shim_SSL_TLSEXT_ERR_NOACK(void) { return SSL_TLSEXT_ERR_NOACK; }
 #endif

@@ -1,0 +1,1 @@
+// GRPC module: see GRPCServer.swift
