@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
+        .executable(name: "apns-simulator", targets: ["apns-simulator"]),
     ],
     dependencies: [],
     targets: [
@@ -27,8 +28,11 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
 
+        .target(name: "APNsSimulator", dependencies: ["APNs", "HTTP2", "ServiceCore"]),
+
         // Executables: a few lines of main.swift each.
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
+        .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "ServiceCore"]),
 
         // Tests (Swift Testing) against real parts.
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
@@ -37,6 +41,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),  // PyJWT oracles run by python3
     ]
 )
