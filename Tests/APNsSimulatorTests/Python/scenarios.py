@@ -531,6 +531,8 @@ def key_text(name):
 if __name__ == "__main__":
     name = sys.argv[1]
     admin("/admin/reset", "POST")
+    if ENV.get("SIM_CLEAR_FAULTS"):  # a simulator started with faults in its config file
+        admin("/admin/faults", "PUT", {})
     try:
         SCENARIOS[name]()
     except Failure as failure:
