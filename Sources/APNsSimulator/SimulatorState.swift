@@ -297,7 +297,7 @@ final class SimulatorState: Sendable {
         guard request.path.hasPrefix(prefix) else { return .reject(.badPath) }
         let tokenText = request.path.dropFirst(prefix.utf8.count)
         guard !tokenText.isEmpty else { return .reject(.missingDeviceToken) }
-        guard !tokenText.contains("/") else { return .reject(.badPath) }
+        guard !tokenText.utf8.contains(UInt8(ascii: "/")) else { return .reject(.badPath) }  // not Foundation's contains: hot path
 
         if connection.certificate == nil {
             if let failure = checkProviderToken(fields.authorization, connection, environment: environment, now: now) {
@@ -374,7 +374,7 @@ final class SimulatorState: Sendable {
         _ authorization: String?, _ connection: ConnectionState, environment: APNsEnvironment, now: Int64
     ) -> APNsReason? {
         guard let authorization, !authorization.isEmpty else { return .missingProviderToken }
-        guard authorization.utf8.count > 7, authorization.lowercased().hasPrefix("bearer ") else { return .invalidProviderToken }
+        guard Self.hasBearerPrefix(authorization) else { return .invalidProviderToken }
         let jwt = authorization.dropFirst(7)
         let nowSeconds = now / 1000
         let cached: APNsReason?? = connection.fields.withLock { fields in
@@ -400,6 +400,20 @@ final class SimulatorState: Sendable {
             fields.boundKeyID = verified.keyID
             return nil
         }
+    }
+
+    private static let bearerPrefix: [UInt8] = Array("bearer ".utf8)
+
+    /// `bearer ` in any case, followed by at least one byte (no allocation: this runs per request).
+    static func hasBearerPrefix(_ authorization: String) -> Bool {
+        let prefix = bearerPrefix
+        var index = 0
+        for byte in authorization.utf8 {
+            if index == prefix.count { return true }
+            if byte | (byte >= 0x41 && byte <= 0x5A ? 0x20 : 0) != prefix[index] { return false }
+            index += 1
+        }
+        return false
     }
 
     /// A topic is a dotted name of letters, digits, `-` and `_` (a bundle ID plus suffix); anything

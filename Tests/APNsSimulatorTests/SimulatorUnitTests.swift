@@ -63,6 +63,15 @@ import Testing
         #expect(SimulatorState.topic("anything.voip", suits: .mdm))
     }
 
+    @Test func bearerPrefix() {
+        #expect(SimulatorState.hasBearerPrefix("bearer x"))
+        #expect(SimulatorState.hasBearerPrefix("Bearer x"))
+        #expect(!SimulatorState.hasBearerPrefix("bearer "))
+        #expect(!SimulatorState.hasBearerPrefix("bearerx"))
+        #expect(!SimulatorState.hasBearerPrefix("basic abc"))
+        #expect(!SimulatorState.hasBearerPrefix(""))
+    }
+
     @Test func generatedAPNsIDsAreCanonicalVersion4UUIDs() {
         var rng = SplitMix64(seed: 42)
         var seen = Set<String>()
