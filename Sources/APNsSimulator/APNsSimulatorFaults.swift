@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 
 /// Faults the simulator injects on demand, the ones production APNs shows (apns-reference.md §3 and
@@ -7,7 +8,7 @@ import Foundation
 ///
 /// Order of application for each device-push request: the stream counters of its connection
 /// (``dropAfterStreams``, ``unansweredShare``) first, then Apple's checks, then for requests that
-/// passed every check ``tokenRateLimit`` and ``statusShares``; ``latency`` delays whatever answer
+/// passed every check ``tokenRateLimit``, ``statusShares`` and ``reasonShares``; ``latency`` delays whatever answer
 /// results; ``goAway`` follows the answer. Per-connection timers (``goAway`` `every`,
 /// ``maxConcurrentStreamsSchedule``) start at the connection's first request, the moment the
 /// simulator first sees the connection.
@@ -16,6 +17,7 @@ import Foundation
 /// ```json
 /// {"latency": {"distribution": "uniform", "min_ms": 5, "max_ms": 20, "mean_ms": 10, "share": 1.0},
 ///  "status_shares": {"429": 0.01, "500": 0.01, "503": 0.01},
+///  "reason_shares": {"Shutdown": 0.01, "IdleTimeout": 0.01, "ExpiredProviderToken": 0.01},
 ///  "token_rate_limit": {"max_pushes": 3, "window_ms": 60000},
 ///  "goaway": {"after_streams": 100, "every_ms": 30000, "reason": "Shutdown", "error_code": 0},
 ///  "drop_after_streams": 50,
@@ -110,6 +112,10 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     /// Shares (0…1) of otherwise accepted pushes answered 429 `TooManyRequests`, 500
     /// `InternalServerError` and 503 `ServiceUnavailable`, keyed by status. JSON `status_shares`.
     public var statusShares: [Int: Double] = [:]
+    /// Shares (0…1) of otherwise accepted pushes answered with any documented reason and its status
+    /// (for example `Shutdown` 503, `IdleTimeout` 400, `ExpiredProviderToken` 403). Together with
+    /// ``statusShares`` at most 1. JSON `reason_shares`, keyed by Apple's reason string.
+    public var reasonShares: [APNsReason: Double] = [:]
     /// Per-token rate limit; nil = off. JSON `token_rate_limit`.
     public var tokenRateLimit: TokenRateLimit?
     /// GOAWAY faults; nil = off. JSON `goaway`.
@@ -133,7 +139,7 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
 
     /// True when no answer is ever delayed, refused or withheld by a fault.
     var isQuiet: Bool {
-        latency == nil && statusShares.isEmpty && tokenRateLimit == nil && goAway == nil
+        latency == nil && statusShares.isEmpty && reasonShares.isEmpty && tokenRateLimit == nil && goAway == nil
             && dropAfterStreams == 0 && unansweredShare == 0 && maxConcurrentStreamsSchedule.isEmpty
     }
 }
@@ -196,6 +202,22 @@ extension APNsSimulatorFaults {
                 throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares: the shares add up to \(total), more than 1")
             }
         }
+        if let shares = try reader.object("reason_shares") {
+            for (key, raw) in shares {
+                let reason = APNsReason(rawValue: key)
+                guard reason.httpStatus != nil else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares: \"\(key)\" is not a documented APNs reason")
+                }
+                guard let share = (raw as? NSNumber)?.doubleValue, share >= 0, share <= 1 else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares.\(key): expected a number in 0…1")
+                }
+                if share > 0 { reasonShares[reason] = share }
+            }
+        }
+        let total = statusShares.values.reduce(0, +) + reasonShares.values.reduce(0, +)
+        guard total <= 1.000001 else {
+            throw APNsSimulatorError(.invalidConfiguration, "faults: status_shares and reason_shares add up to \(total), more than 1")
+        }
         if let limit = try reader.object("token_rate_limit") {
             var sub = JSONReader(limit, path: "faults.token_rate_limit")
             guard let maxPushes = try sub.int("max_pushes", range: 0...Int(Int32.max)),
@@ -239,6 +261,7 @@ extension APNsSimulatorFaults {
     public var jsonObject: [String: Any] {
         var object: [String: Any] = [
             "status_shares": Dictionary(uniqueKeysWithValues: statusShares.map { (String($0.key), $0.value) }),
+            "reason_shares": Dictionary(uniqueKeysWithValues: reasonShares.map { ($0.key.rawValue, $0.value) }),
             "drop_after_streams": dropAfterStreams,
             "unanswered_share": unansweredShare,
             "max_concurrent_streams": maxConcurrentStreams,

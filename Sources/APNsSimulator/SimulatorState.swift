@@ -214,11 +214,14 @@ final class SimulatorState: Sendable {
 
         let fields = Fields(request.headers)
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)
-        if verdict.status == 200, !faults.statusShares.isEmpty {
+        if verdict.status == 200, !faults.statusShares.isEmpty || !faults.reasonShares.isEmpty {
             let draw = connection.fields.withLock { $0.rng.unit() }
             var bound = 0.0
-            for (status, reason) in [(429, APNsReason.tooManyRequests), (500, .internalServerError), (503, .serviceUnavailable)] {
-                bound += faults.statusShares[status] ?? 0
+            let shares = [(APNsReason.tooManyRequests, faults.statusShares[429] ?? 0), (.internalServerError, faults.statusShares[500] ?? 0),
+                          (.serviceUnavailable, faults.statusShares[503] ?? 0)]
+                + faults.reasonShares.sorted { $0.key.rawValue < $1.key.rawValue }.map { ($0.key, $0.value) }
+            for (reason, share) in shares {
+                bound += share
                 if draw < bound {
                     verdict = .reject(reason)
                     verdict.fault = "injected"

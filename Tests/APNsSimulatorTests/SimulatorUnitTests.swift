@@ -10,7 +10,7 @@ import Testing
     @Test func faultsJSONRoundTrip() throws {
         let text = """
             {"latency": {"distribution": "exponential", "min_ms": 1, "max_ms": 50, "mean_ms": 5, "share": 0.5},
-             "status_shares": {"429": 0.1, "500": 0.2, "503": 0.3},
+             "status_shares": {"429": 0.1, "500": 0.2, "503": 0.3}, "reason_shares": {"Shutdown": 0.1},
              "token_rate_limit": {"max_pushes": 1, "window_ms": 1000},
              "goaway": {"after_streams": 7, "every_ms": 2000, "reason": "Shutdown", "error_code": 0},
              "drop_after_streams": 9, "unanswered_share": 0.25, "max_concurrent_streams": 10,
@@ -19,6 +19,7 @@ import Testing
         let faults = try APNsSimulatorFaults(json: Array(text.utf8))
         #expect(faults.latency == .init(distribution: .exponential, minimum: .milliseconds(1), maximum: .milliseconds(50), mean: .milliseconds(5), share: 0.5))
         #expect(faults.statusShares == [429: 0.1, 500: 0.2, 503: 0.3])
+        #expect(faults.reasonShares == [.shutdown: 0.1])
         #expect(faults.tokenRateLimit == .init(maxPushes: 1, window: .seconds(1)))
         #expect(faults.goAway == .init(afterStreams: 7, every: .seconds(2), reason: "Shutdown", errorCode: 0))
         #expect(faults.dropAfterStreams == 9 && faults.unansweredShare == 0.25 && faults.maxConcurrentStreams == 10)

@@ -287,7 +287,14 @@ def status_shares():
     expect_eq(set(seen), {(429, "TooManyRequests"), (500, "InternalServerError")}, "injected answers")
     counters = admin("/admin/counters")["counters"]
     expect_eq(counters.get("429 TooManyRequests", 0) + counters.get("500 InternalServerError", 0), 60, f"counters {counters}")
+    admin("/admin/faults", "PUT", {"reason_shares": {"Shutdown": 1.0}})
+    expect_reason(c.push(token(), jwt=jwt), 503, "Shutdown")
+    admin("/admin/faults", "PUT", {"reason_shares": {"IdleTimeout": 0.5, "ExpiredProviderToken": 0.5}})
+    seen = {(r.status, r.reason) for r in (c.push(token(), jwt=jwt) for _ in range(30))}
+    expect_eq(seen, {(400, "IdleTimeout"), (403, "ExpiredProviderToken")}, "reason shares")
     admin("/admin/faults", "PUT", {"status_shares": {"429": 0.9, "500": 0.2}}, status=400)
+    admin("/admin/faults", "PUT", {"status_shares": {"429": 0.9}, "reason_shares": {"Shutdown": 0.2}}, status=400)
+    admin("/admin/faults", "PUT", {"reason_shares": {"NoSuchReason": 0.2}}, status=400)
     admin("/admin/faults", "PUT", {})
     expect_eq(c.push(token(), jwt=jwt).status, 200, "faults cleared")
 
