@@ -29,7 +29,8 @@ import ServiceCore
 ///   "dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
 ///   oldest first, at most `recordLimit`. `jwt` is decoded from `authorization`, not verified.
 /// - `GET /admin/counters` → `{"counters":{"200":n,"400 BadDeviceToken":n,"unanswered":n,"dropped":n,
-///   "goaway":n,…},"total":<requests>}`.
+///   "goaway":n,…},"total":<requests>}`. `unanswered` and `dropped` count requests left without an
+///   answer (and admin drops); `goaway` counts GOAWAYs sent by faults or the admin API.
 /// - `POST /admin/reset` → `{"reset":true}`: forgets requests and counters, restores the start faults
 ///   and token lists.
 /// - `GET /admin/faults` → the faults in force (JSON form of ``APNsSimulatorFaults``, every key).

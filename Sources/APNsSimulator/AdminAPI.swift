@@ -44,13 +44,18 @@ struct AdminAPI: Sendable {
                 let reason = try reader.string("reason") ?? "Shutdown"
                 let code = UInt32(try reader.int("error_code", range: 0...0xD) ?? 0)
                 try reader.finish()
-                for connection in targets { connection.goAway(lastStreamID: nil, reason: reason, errorCode: code) }
+                for connection in targets where connection.goAway(lastStreamID: nil, reason: reason, errorCode: code) {
+                    state.recorder.count("goaway")
+                }
                 return ok(["connections": targets.map { $0.connection.id }])
             case ("POST", "/admin/connections/drop"):
                 var reader = JSONReader(try body(request, allowEmpty: true), path: "body")
                 let targets = try select(&reader)
                 try reader.finish()
-                for connection in targets { connection.connection.drop() }
+                for connection in targets {
+                    connection.connection.drop()
+                    state.recorder.count("dropped")
+                }
                 return ok(["connections": targets.map { $0.connection.id }])
             case ("GET", "/admin/clock"):
                 return ok(["now_ms": state.clock.nowMilliseconds(), "manual": state.clock is ManualWallClock])

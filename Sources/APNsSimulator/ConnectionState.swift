@@ -68,20 +68,23 @@ final class ConnectionState: Sendable {
         if announce { connection.setMaxConcurrentStreams(value) }
     }
 
-    /// Sends GOAWAY with APNs's JSON debug data, once per connection.
-    func goAway(lastStreamID: Int32?, reason: String, errorCode: UInt32) {
+    /// Sends GOAWAY with APNs's JSON debug data, once per connection; false when already sent.
+    @discardableResult
+    func goAway(lastStreamID: Int32?, reason: String, errorCode: UInt32) -> Bool {
         let first = fields.withLock { fields in
             defer { fields.goAwaySent = true }
             return !fields.goAwaySent
         }
-        guard first else { return }
+        guard first else { return false }
         connection.sendGoAway(
             lastStreamID: lastStreamID, errorCode: HTTP2ErrorCode(rawValue: errorCode),
             debugData: APNsErrorResponse(reason: APNsReason(rawValue: reason)).body)
+        return true
     }
 
-    /// Starts the per-connection timers of `faults` (GOAWAY every T, the SETTINGS schedule).
-    func startTimers(_ faults: APNsSimulatorFaults) {
+    /// Starts the per-connection timers of `faults` (GOAWAY every T, the SETTINGS schedule);
+    /// `sentGoAway` runs after a timer sent GOAWAY.
+    func startTimers(_ faults: APNsSimulatorFaults, sentGoAway: @escaping @Sendable () -> Void) {
         for step in faults.maxConcurrentStreamsSchedule {
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(step.after.milliseconds))) { [weak self] in
                 self?.applyScheduledLimit(step.value)
@@ -89,7 +92,7 @@ final class ConnectionState: Sendable {
         }
         if let goAway = faults.goAway, let every = goAway.every {
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(every.milliseconds))) { [weak self] in
-                self?.goAway(lastStreamID: nil, reason: goAway.reason, errorCode: goAway.errorCode)
+                if self?.goAway(lastStreamID: nil, reason: goAway.reason, errorCode: goAway.errorCode) == true { sentGoAway() }
             }
         }
     }

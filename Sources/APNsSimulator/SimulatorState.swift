@@ -182,7 +182,10 @@ final class SimulatorState: Sendable {
             // The first request is how the simulator meets a connection: certificate connections are
             // trusted at once; timers start now.
             if connection.certificate != nil { connection.trust() }
-            if !faults.isQuiet { connection.startTimers(faults) }
+            if !faults.isQuiet {
+                let recorder = self.recorder
+                connection.startTimers(faults) { recorder.count("goaway") }
+            }
         }
         let now = clock.nowMilliseconds()
         var record = APNsSimulatorRecord(
@@ -266,8 +269,9 @@ final class SimulatorState: Sendable {
             responder.respond(response)
         }
         if let goAway = faults.goAway, goAway.afterStreams > 0, streams >= goAway.afterStreams {
-            recorder.count("goaway")
-            connection.goAway(lastStreamID: request.streamID, reason: goAway.reason, errorCode: goAway.errorCode)
+            if connection.goAway(lastStreamID: request.streamID, reason: goAway.reason, errorCode: goAway.errorCode) {
+                recorder.count("goaway")
+            }
         }
     }
 

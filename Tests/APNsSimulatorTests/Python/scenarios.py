@@ -369,6 +369,7 @@ def goaway_every():
     ids = admin("/admin/connections/goaway", "POST", {"environment": "production", "reason": "Shutdown"})["connections"]
     check(len(ids) >= 1, f"goaway targets {ids}")
     d.pump(lambda: d.goaway is not None, what="the admin GOAWAY")
+    expect_eq(admin("/admin/counters")["counters"].get("goaway"), 1 + len(ids), "goaway counter (timer + admin)")
     expect_eq(json.loads(d.goaway.additional_data), {"reason": "Shutdown"}, "admin GOAWAY debug data")
 
 
