@@ -7,9 +7,10 @@ let package = Package(
     name: "push",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
         .executable(name: "registration-service", targets: ["registration-service"]),
         .executable(name: "dispatcher", targets: ["dispatcher"]),
+        .executable(name: "apns-simulator", targets: ["apns-simulator"]),
+        .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
     ],
     dependencies: [],
     targets: [
@@ -28,34 +29,37 @@ let package = Package(
         .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
+        .target(name: "APNsSimulator", dependencies: ["APNs", "HTTP2", "ServiceCore"]),
 
+        // Service logic, testable without the executables.
         .target(
             name: "RegistrationServiceCore",
             dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
-
         .target(
             name: "DispatcherCore",
             dependencies: ["APNs", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
 
         // Executables: a few lines of main.swift each.
-        .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
-        .executableTarget(
-            name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
         .executableTarget(
             name: "registration-service",
             dependencies: ["GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
+        .executableTarget(
+            name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
+        .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "ServiceCore"]),
+        .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
 
-        // Tests (Swift Testing) against real parts.
+        // Tests (Swift Testing) against real parts. Python oracles live beside some of them.
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
-        .testTarget(
-            name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"],
-            exclude: ["Protos", "Python"]  // .proto inputs and Python oracles the tests run protoc/python3 on
-        ),
+        .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "RegistrationServiceCoreTests", dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),  // PyJWT oracles run by python3
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(
+            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(
+            name: "RegistrationServiceCoreTests",
+            dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
     ]
 )

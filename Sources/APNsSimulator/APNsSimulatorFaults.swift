@@ -1,0 +1,366 @@
+import APNs
+import Foundation
+
+/// Faults the simulator injects on demand, the ones production APNs shows (apns-reference.md §3 and
+/// §6). Every fault is off by default. Set at start (`APNsSimulator.Configuration.faults`, or the
+/// `faults` object of the config file) and replaced at runtime (`APNsSimulator.setFaults(_:)` or
+/// `PUT /admin/faults`).
+///
+/// Order of application for each device-push request: the stream counters of its connection
+/// (``dropAfterStreams``, ``unansweredShare``) first, then Apple's checks, then for requests that
+/// passed every check ``tokenRateLimit``, ``statusShares`` and ``reasonShares``; ``latency`` delays whatever answer
+/// results; ``goAway`` follows the answer. Per-connection timers (``goAway`` `every`,
+/// ``maxConcurrentStreamsSchedule``) start at the connection's first request, the moment the
+/// simulator first sees the connection.
+///
+/// JSON form (all keys optional; times in milliseconds; shares are probabilities in 0…1):
+/// ```json
+/// {"latency": {"distribution": "uniform", "min_ms": 5, "max_ms": 20, "mean_ms": 10, "share": 1.0},
+///  "status_shares": {"429": 0.01, "500": 0.01, "503": 0.01},
+///  "reason_shares": {"Shutdown": 0.01, "IdleTimeout": 0.01, "ExpiredProviderToken": 0.01},
+///  "token_rate_limit": {"max_pushes": 3, "window_ms": 60000},
+///  "goaway": {"after_streams": 100, "every_ms": 30000, "reason": "Shutdown", "error_code": 0},
+///  "drop_after_streams": 50,
+///  "unanswered_share": 0.1,
+///  "max_concurrent_streams": 1000,
+///  "max_concurrent_streams_schedule": [{"after_ms": 1000, "value": 10}, {"after_ms": 5000, "value": 1000}]}
+/// ```
+public struct APNsSimulatorFaults: Sendable, Equatable {
+    /// How long answers are held back. Never blocks an event-loop thread: delayed answers are sent
+    /// from a timer.
+    public struct Latency: Sendable, Equatable {
+        /// The shape of the delay distribution.
+        public enum Distribution: String, Sendable, Equatable {
+            /// Uniform between `minimum` and `maximum`.
+            case uniform
+            /// `minimum` plus an exponential delay with mean `mean`, capped at `maximum`.
+            case exponential
+        }
+        /// The distribution. JSON `distribution`, default `uniform`.
+        public var distribution: Distribution = .uniform
+        /// Smallest delay. JSON `min_ms`.
+        public var minimum: Duration = .zero
+        /// Largest delay. JSON `max_ms`.
+        public var maximum: Duration = .zero
+        /// Mean of the exponential part. JSON `mean_ms`.
+        public var mean: Duration = .zero
+        /// Share of answers delayed (0…1). JSON `share`, default 1.
+        public var share: Double = 1
+
+        /// Creates a latency fault.
+        public init(distribution: Distribution = .uniform, minimum: Duration = .zero, maximum: Duration = .zero, mean: Duration = .zero, share: Double = 1) {
+            self.distribution = distribution
+            self.minimum = minimum
+            self.maximum = maximum
+            self.mean = mean
+            self.share = share
+        }
+    }
+
+    /// Per-device-token `429 TooManyRequests` after `maxPushes` pushes to one token within a fixed
+    /// window of `window` (Apple: "too many consecutive requests to the same device token").
+    public struct TokenRateLimit: Sendable, Equatable {
+        /// Pushes allowed per token per window; the next ones get 429. JSON `max_pushes`.
+        public var maxPushes: Int
+        /// Window length, starting at the token's first push. JSON `window_ms`.
+        public var window: Duration
+
+        /// Creates a per-token rate limit.
+        public init(maxPushes: Int, window: Duration) {
+            self.maxPushes = maxPushes
+            self.window = window
+        }
+    }
+
+    /// GOAWAY sent by the server (RFC 9113 §6.8) with APNs's JSON debug data `{"reason":"…"}`.
+    public struct GoAway: Sendable, Equatable {
+        /// Send GOAWAY right after answering a connection's N-th request (last-stream-id = that
+        /// stream); 0 = off. JSON `after_streams`.
+        public var afterStreams: Int = 0
+        /// Send GOAWAY this long after the connection's first request; nil = off. JSON `every_ms`.
+        public var every: Duration? = nil
+        /// The reason in the debug data. JSON `reason`, default `Shutdown` (what APNs sends, aioapns #63).
+        public var reason: String = "Shutdown"
+        /// The HTTP/2 error code. JSON `error_code`, default 0 (NO_ERROR).
+        public var errorCode: UInt32 = 0
+
+        /// Creates a GOAWAY fault.
+        public init(afterStreams: Int = 0, every: Duration? = nil, reason: String = "Shutdown", errorCode: UInt32 = 0) {
+            self.afterStreams = afterStreams
+            self.every = every
+            self.reason = reason
+            self.errorCode = errorCode
+        }
+    }
+
+    /// One step of a SETTINGS_MAX_CONCURRENT_STREAMS schedule.
+    public struct StreamLimitStep: Sendable, Equatable {
+        /// When, after the connection's first request. JSON `after_ms`.
+        public var after: Duration
+        /// The SETTINGS_MAX_CONCURRENT_STREAMS value announced then. JSON `value`.
+        public var value: UInt32
+
+        /// Creates a step.
+        public init(after: Duration, value: UInt32) {
+            self.after = after
+            self.value = value
+        }
+    }
+
+    /// Answer delays; nil = answer at once.
+    public var latency: Latency?
+    /// Shares (0…1) of otherwise accepted pushes answered 429 `TooManyRequests`, 500
+    /// `InternalServerError` and 503 `ServiceUnavailable`, keyed by status. JSON `status_shares`.
+    public var statusShares: [Int: Double] = [:]
+    /// Shares (0…1) of otherwise accepted pushes answered with any documented reason and its status
+    /// (for example `Shutdown` 503, `IdleTimeout` 400, `ExpiredProviderToken` 403). Together with
+    /// ``statusShares`` at most 1. JSON `reason_shares`, keyed by Apple's reason string.
+    public var reasonShares: [APNsReason: Double] = [:]
+    /// Per-token rate limit; nil = off. JSON `token_rate_limit`.
+    public var tokenRateLimit: TokenRateLimit?
+    /// GOAWAY faults; nil = off. JSON `goaway`.
+    public var goAway: GoAway?
+    /// Close the TCP connection without GOAWAY when its N-th request arrives (that request is never
+    /// answered); 0 = off. JSON `drop_after_streams`.
+    public var dropAfterStreams: Int = 0
+    /// Share (0…1) of requests that never get an answer (the stream stays open until the client
+    /// resets it or the connection closes). JSON `unanswered_share`.
+    public var unansweredShare: Double = 0
+    /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection is trusted (token auth: after its first
+    /// successful request; certificate auth: at its first request). New connections start at 1
+    /// (apns-reference.md §6). JSON `max_concurrent_streams`, default 1000.
+    public var maxConcurrentStreams: UInt32 = 1000
+    /// Later changes of SETTINGS_MAX_CONCURRENT_STREAMS on each connection, by time since its first
+    /// request. JSON `max_concurrent_streams_schedule`.
+    public var maxConcurrentStreamsSchedule: [StreamLimitStep] = []
+
+    /// No faults.
+    public init() {}
+
+    /// True when no answer is ever delayed, refused or withheld by a fault.
+    var isQuiet: Bool {
+        latency == nil && statusShares.isEmpty && reasonShares.isEmpty && tokenRateLimit == nil && goAway == nil
+            && dropAfterStreams == 0 && unansweredShare == 0 && maxConcurrentStreamsSchedule.isEmpty
+    }
+}
+
+// MARK: JSON
+
+extension APNsSimulatorFaults {
+    /// Parses the JSON form shown on the type.
+    /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming the key that is malformed or unknown.
+    public init(json: [UInt8]) throws(APNsSimulatorError) {
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: Data(json))
+        } catch {
+            throw APNsSimulatorError(.invalidConfiguration, "faults: not JSON: \(error.localizedDescription)")
+        }
+        guard let dictionary = object as? [String: Any] else {
+            throw APNsSimulatorError(.invalidConfiguration, "faults: expected a JSON object")
+        }
+        try self.init(jsonObject: dictionary)
+    }
+
+    /// Parses an already decoded JSON object (see the type's documentation).
+    /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming the key that is malformed or unknown.
+    public init(jsonObject object: [String: Any]) throws(APNsSimulatorError) {
+        self.init()
+        var reader = JSONReader(object, path: "faults")
+        if let latencyObject = try reader.object("latency") {
+            var sub = JSONReader(latencyObject, path: "faults.latency")
+            var value = Latency()
+            if let text = try sub.string("distribution") {
+                guard let distribution = Latency.Distribution(rawValue: text) else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.latency.distribution: expected \"uniform\" or \"exponential\", got \"\(text)\"")
+                }
+                value.distribution = distribution
+            }
+            value.minimum = .milliseconds(try sub.int("min_ms", range: 0...3_600_000) ?? 0)
+            value.maximum = .milliseconds(try sub.int("max_ms", range: 0...3_600_000) ?? 0)
+            value.mean = .milliseconds(try sub.int("mean_ms", range: 0...3_600_000) ?? 0)
+            value.share = try sub.share("share") ?? 1
+            try sub.finish()
+            guard value.maximum >= value.minimum || value.distribution == .exponential else {
+                throw APNsSimulatorError(.invalidConfiguration, "faults.latency: max_ms is below min_ms")
+            }
+            latency = value
+        }
+        if let shares = try reader.object("status_shares") {
+            var total = 0.0
+            for (key, raw) in shares {
+                guard let status = Int(key), [429, 500, 503].contains(status) else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares: keys are \"429\", \"500\" and \"503\", got \"\(key)\"")
+                }
+                guard let share = (raw as? NSNumber)?.doubleValue, share >= 0, share <= 1 else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares.\(key): expected a number in 0…1")
+                }
+                if share > 0 { statusShares[status] = share }
+                total += share
+            }
+            guard total <= 1.000001 else {
+                throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares: the shares add up to \(total), more than 1")
+            }
+        }
+        if let shares = try reader.object("reason_shares") {
+            for (key, raw) in shares {
+                let reason = APNsReason(rawValue: key)
+                guard reason.httpStatus != nil else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares: \"\(key)\" is not a documented APNs reason")
+                }
+                guard let share = (raw as? NSNumber)?.doubleValue, share >= 0, share <= 1 else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares.\(key): expected a number in 0…1")
+                }
+                if share > 0 { reasonShares[reason] = share }
+            }
+        }
+        let total = statusShares.values.reduce(0, +) + reasonShares.values.reduce(0, +)
+        guard total <= 1.000001 else {
+            throw APNsSimulatorError(.invalidConfiguration, "faults: status_shares and reason_shares add up to \(total), more than 1")
+        }
+        if let limit = try reader.object("token_rate_limit") {
+            var sub = JSONReader(limit, path: "faults.token_rate_limit")
+            guard let maxPushes = try sub.int("max_pushes", range: 0...Int(Int32.max)),
+                  let window = try sub.int("window_ms", range: 1...86_400_000 * 30) else {
+                throw APNsSimulatorError(.invalidConfiguration, "faults.token_rate_limit: max_pushes and window_ms are required")
+            }
+            try sub.finish()
+            tokenRateLimit = TokenRateLimit(maxPushes: maxPushes, window: .milliseconds(window))
+        }
+        if let goAwayObject = try reader.object("goaway") {
+            var sub = JSONReader(goAwayObject, path: "faults.goaway")
+            var value = GoAway()
+            value.afterStreams = try sub.int("after_streams", range: 0...Int(Int32.max)) ?? 0
+            value.every = try sub.int("every_ms", range: 1...86_400_000).map { .milliseconds($0) }
+            value.reason = try sub.string("reason") ?? "Shutdown"
+            value.errorCode = UInt32(try sub.int("error_code", range: 0...0xD) ?? 0)
+            try sub.finish()
+            goAway = value
+        }
+        dropAfterStreams = try reader.int("drop_after_streams", range: 0...Int(Int32.max)) ?? 0
+        unansweredShare = try reader.share("unanswered_share") ?? 0
+        maxConcurrentStreams = UInt32(try reader.int("max_concurrent_streams", range: 1...Int(Int32.max)) ?? 1000)
+        if let steps = try reader.array("max_concurrent_streams_schedule") {
+            maxConcurrentStreamsSchedule = try steps.enumerated().map { (index, item) throws(APNsSimulatorError) in
+                guard let step = item as? [String: Any] else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.max_concurrent_streams_schedule[\(index)]: expected an object")
+                }
+                var sub = JSONReader(step, path: "faults.max_concurrent_streams_schedule[\(index)]")
+                guard let after = try sub.int("after_ms", range: 0...86_400_000),
+                      let value = try sub.int("value", range: 0...Int(Int32.max)) else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.max_concurrent_streams_schedule[\(index)]: after_ms and value are required")
+                }
+                try sub.finish()
+                return StreamLimitStep(after: .milliseconds(after), value: UInt32(value))
+            }
+        }
+        try reader.finish()
+    }
+
+    /// The JSON form shown on the type (every key, defaults included).
+    public var jsonObject: [String: Any] {
+        var object: [String: Any] = [
+            "status_shares": Dictionary(uniqueKeysWithValues: statusShares.map { (String($0.key), $0.value) }),
+            "reason_shares": Dictionary(uniqueKeysWithValues: reasonShares.map { ($0.key.rawValue, $0.value) }),
+            "drop_after_streams": dropAfterStreams,
+            "unanswered_share": unansweredShare,
+            "max_concurrent_streams": maxConcurrentStreams,
+            "max_concurrent_streams_schedule": maxConcurrentStreamsSchedule.map { ["after_ms": $0.after.milliseconds, "value": $0.value] },
+        ]
+        if let latency {
+            object["latency"] = [
+                "distribution": latency.distribution.rawValue, "min_ms": latency.minimum.milliseconds,
+                "max_ms": latency.maximum.milliseconds, "mean_ms": latency.mean.milliseconds, "share": latency.share,
+            ]
+        }
+        if let tokenRateLimit {
+            object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.milliseconds]
+        }
+        if let goAway {
+            var value: [String: Any] = ["after_streams": goAway.afterStreams, "reason": goAway.reason, "error_code": goAway.errorCode]
+            if let every = goAway.every { value["every_ms"] = every.milliseconds }
+            object["goaway"] = value
+        }
+        return object
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// Reads typed fields from a decoded JSON object and refuses unknown keys, naming the path.
+struct JSONReader {
+    private let object: [String: Any]
+    private let path: String
+    private var seen: Set<String> = []
+
+    init(_ object: [String: Any], path: String) {
+        self.object = object
+        self.path = path
+    }
+
+    private mutating func value(_ key: String) -> Any? {
+        seen.insert(key)
+        guard let value = object[key], !(value is NSNull) else { return nil }
+        return value
+    }
+
+    private func fail(_ key: String, _ expected: String) -> APNsSimulatorError {
+        APNsSimulatorError(.invalidConfiguration, "\(path).\(key): expected \(expected)")
+    }
+
+    mutating func object(_ key: String) throws(APNsSimulatorError) -> [String: Any]? {
+        guard let raw = value(key) else { return nil }
+        guard let result = raw as? [String: Any] else { throw fail(key, "an object") }
+        return result
+    }
+
+    mutating func array(_ key: String) throws(APNsSimulatorError) -> [Any]? {
+        guard let raw = value(key) else { return nil }
+        guard let result = raw as? [Any] else { throw fail(key, "an array") }
+        return result
+    }
+
+    mutating func string(_ key: String) throws(APNsSimulatorError) -> String? {
+        guard let raw = value(key) else { return nil }
+        guard let result = raw as? String else { throw fail(key, "a string") }
+        return result
+    }
+
+    mutating func int(_ key: String, range: ClosedRange<Int>) throws(APNsSimulatorError) -> Int? {
+        guard let raw = value(key) else { return nil }
+        guard let number = raw as? NSNumber, number.doubleValue == number.doubleValue.rounded(),
+              range.contains(number.intValue) else {
+            throw fail(key, "an integer in \(range.lowerBound)…\(range.upperBound)")
+        }
+        return number.intValue
+    }
+
+    mutating func int64(_ key: String) throws(APNsSimulatorError) -> Int64? {
+        guard let raw = value(key) else { return nil }
+        guard let number = raw as? NSNumber, number.doubleValue == number.doubleValue.rounded() else {
+            throw fail(key, "an integer")
+        }
+        return number.int64Value
+    }
+
+    mutating func share(_ key: String) throws(APNsSimulatorError) -> Double? {
+        guard let raw = value(key) else { return nil }
+        guard let number = raw as? NSNumber, number.doubleValue >= 0, number.doubleValue <= 1 else {
+            throw fail(key, "a number in 0…1")
+        }
+        return number.doubleValue
+    }
+
+    /// Throws when the object has a key that was never asked for (a typo would otherwise be ignored).
+    func finish() throws(APNsSimulatorError) {
+        if let unknown = object.keys.sorted().first(where: { !seen.contains($0) }) {
+            throw APNsSimulatorError(.invalidConfiguration, "\(path).\(unknown): unknown key")
+        }
+    }
+}

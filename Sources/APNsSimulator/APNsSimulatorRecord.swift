@@ -1,0 +1,132 @@
+import APNs
+import Foundation
+import HTTP2
+import Synchronization
+
+/// One request a push listener received, and what the simulator did with it.
+public struct APNsSimulatorRecord: Sendable {
+    /// The listener that received it.
+    public var environment: APNsEnvironment
+    /// The HTTP/2 connection's id (unique per listener; with `environment` unique per simulator).
+    public var connectionID: UInt64
+    /// The stream the request came on.
+    public var streamID: Int32
+    /// When it arrived by the simulator's clock, ms since the UNIX epoch.
+    public var receivedAtMilliseconds: Int64
+    /// `:method`.
+    public var method: String
+    /// `:path`.
+    public var path: String
+    /// Every regular header in arrival order, repeats included.
+    public var headers: [HTTP2Header]
+    /// The request body, exactly as received.
+    public var body: [UInt8]
+    /// The status answered; nil when the request got no answer (a fault).
+    public var status: Int?
+    /// Apple's reason when the answer was an error.
+    public var reason: String?
+    /// The 410 `timestamp`, ms since the epoch.
+    public var timestampMilliseconds: Int64?
+    /// The `apns-id` answered.
+    public var apnsID: String?
+    /// The fault that shaped the answer: `unanswered`, `dropped`, `injected` (a status share or the
+    /// per-token rate limit), or nil.
+    public var fault: String?
+    /// How long the answer was held back (latency fault), in ms; 0 when answered at once.
+    public var delayMilliseconds: Int64 = 0
+    /// The certificate subject of a certificate-auth connection.
+    public var certificateSubject: String?
+
+    /// The decoded JWT header and claims of the `authorization` header (decoded, not verified), as
+    /// JSON objects; nil when there is none or it is not a JWT.
+    public var jwt: (header: [String: Any], claims: [String: Any])? {
+        guard let authorization = headers.first("authorization") else { return nil }
+        let token = authorization.hasPrefix("bearer ") ? authorization.dropFirst(7) : Substring(authorization)
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+              let header = decodeBase64URL(parts[0]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
+              let claims = decodeBase64URL(parts[1]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
+        else { return nil }
+        return (header, claims)
+    }
+
+    /// The record as the admin API shows it (see `APNsSimulator`'s admin API documentation).
+    var jsonObject: [String: Any] {
+        var object: [String: Any] = [
+            "environment": environment.rawValue,
+            "connection": connectionID,
+            "stream": streamID,
+            "received_at_ms": receivedAtMilliseconds,
+            "method": method,
+            "path": path,
+            "headers": headers.map { [$0.name, $0.value] },
+            "body": String(decoding: body, as: UTF8.self),
+            "body_bytes": body.count,
+            "status": status.map { $0 as Any } ?? NSNull(),
+            "delay_ms": delayMilliseconds,
+        ]
+        if let reason { object["reason"] = reason }
+        if let timestampMilliseconds { object["timestamp"] = timestampMilliseconds }
+        if let apnsID { object["apns_id"] = apnsID }
+        if let fault { object["fault"] = fault }
+        if let certificateSubject { object["certificate_subject"] = certificateSubject }
+        if let jwt { object["jwt"] = ["header": jwt.header, "claims": jwt.claims] }
+        return object
+    }
+}
+
+/// The received requests (a ring of at most `limit`) and counters by outcome, behind one `Mutex`
+/// held only to append or copy.
+final class Recorder: Sendable {
+    private struct State {
+        var ring: [APNsSimulatorRecord] = []
+        var next = 0
+        var counters: [String: Int] = [:]
+        var total = 0
+    }
+
+    private let limit: Int
+    private let state = Mutex(State())
+
+    init(limit: Int) { self.limit = max(1, limit) }
+
+    /// Appends `record` and counts it under `counter` (`"200"`, `"400 BadDeviceToken"`, `"unanswered"`…).
+    func append(_ record: APNsSimulatorRecord, counter: String) {
+        // The record it replaces is freed after unlocking (freeing headers and body inside the lock
+        // made it the hottest contended section under h2load).
+        var evicted: APNsSimulatorRecord?
+        state.withLock { state in
+            if state.ring.count < limit {
+                state.ring.append(record)
+            } else {
+                evicted = state.ring[state.next]
+                state.ring[state.next] = record
+                state.next = (state.next + 1) % limit
+            }
+            state.counters[counter, default: 0] += 1
+            state.total += 1
+        }
+        withExtendedLifetime(evicted) {}
+    }
+
+    /// Counts an event that has no request record (`goaway`, `drop`).
+    func count(_ counter: String) {
+        state.withLock { $0.counters[counter, default: 0] += 1 }
+    }
+
+    /// The kept records, oldest first.
+    func records() -> [APNsSimulatorRecord] {
+        state.withLock { state in
+            Array(state.ring[state.next...] + state.ring[..<state.next])
+        }
+    }
+
+    /// Counters by outcome and the total number of requests.
+    func counters() -> (counters: [String: Int], total: Int) {
+        state.withLock { ($0.counters, $0.total) }
+    }
+
+    func reset() {
+        state.withLock { $0 = State() }
+    }
+}

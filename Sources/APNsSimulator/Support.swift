@@ -1,0 +1,145 @@
+import Foundation
+import HTTP2
+
+/// SplitMix64: a small, fast pseudo-random generator for fault shares, latency samples and
+/// generated `apns-id`s. Not for secrets. Each connection owns one (no lock, no syscall per draw).
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    /// Seeded from the system's generator.
+    init() {
+        var system = SystemRandomNumberGenerator()
+        state = system.next()
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A uniform double in [0, 1).
+    mutating func unit() -> Double { Double(next() >> 11) * 0x1.0p-53 }
+
+    /// A random (version 4) UUID in lowercase 8-4-4-4-12 form, built without Foundation.
+    mutating func uuidString() -> String {
+        let high = next() & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000  // version 4
+        let low = next() & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000   // RFC 4122 variant
+        return String(unsafeUninitializedCapacity: 36) { buffer in
+            let digits: StaticString = "0123456789abcdef"
+            var out = 0
+            func put(_ value: UInt64, nibbles: Int, from shift: Int) {
+                var s = shift
+                for _ in 0..<nibbles {
+                    buffer[out] = digits.utf8Start[Int((value >> UInt64(s)) & 0xF)]
+                    out += 1
+                    s -= 4
+                }
+            }
+            put(high, nibbles: 8, from: 60); buffer[out] = 0x2D; out += 1
+            put(high, nibbles: 4, from: 28); buffer[out] = 0x2D; out += 1
+            put(high, nibbles: 4, from: 12); buffer[out] = 0x2D; out += 1
+            put(low, nibbles: 4, from: 60); buffer[out] = 0x2D; out += 1
+            put(low, nibbles: 12, from: 44)
+            return out
+        }
+    }
+}
+
+enum APNsIDSyntax {
+    /// True for a canonical UUID, 8-4-4-4-12 hex digits in any case (apns-reference.md §2 `apns-id`).
+    static func isValid(_ text: String) -> Bool {
+        let utf8 = text.utf8
+        return utf8.withContiguousStorageIfAvailable(check) ?? Array(utf8).withUnsafeBufferPointer(check)
+    }
+
+    private static func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard bytes.count == 36 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            if index == 8 || index == 13 || index == 18 || index == 23 {
+                if byte != 0x2D { return false }
+            } else {
+                let lower = byte | 0x20
+                if !((byte >= 0x30 && byte <= 0x39) || (lower >= 0x61 && lower <= 0x66)) { return false }
+            }
+        }
+        return true
+    }
+}
+
+/// What a provider certificate allows: the topics of Apple's extension 1.2.840.113635.100.6.3.6 when
+/// present, else the subject's UID (the bundle ID) (apns-reference.md §5).
+struct CertificateIdentity: Sendable {
+    /// Allowed topics, in certificate order.
+    let topics: [String]
+    /// The subject in RFC 2253 form, for the admin API.
+    let subject: String
+
+    init(_ certificate: HTTP2PeerCertificate) {
+        subject = certificate.subject
+        let listed = Self.appleTopics(inCertificate: certificate.der)
+        if !listed.isEmpty {
+            topics = listed
+        } else if let uid = certificate.subjectComponent("UID") ?? certificate.subjectComponent("userId") {
+            topics = [uid]
+        } else {
+            topics = []
+        }
+    }
+
+    /// The one topic a request may omit `apns-topic` for: the certificate's only topic (a
+    /// certificate listing several topics needs the header, apns-reference.md §2).
+    var defaultTopic: String? { topics.count == 1 ? topics[0] : nil }
+
+    /// The DER encoding of OID 1.2.840.113635.100.6.3.6 (tag, length, content).
+    private static let extensionOID: [UInt8] = [0x06, 0x0A, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x63, 0x64, 0x06, 0x03, 0x06]
+
+    /// Finds the extension in the certificate's DER and returns the UTF8Strings directly inside its
+    /// value's SEQUENCE (the topics; the nested SEQUENCEs list push kinds). `[]` when absent or malformed.
+    static func appleTopics(inCertificate der: [UInt8]) -> [String] {
+        let oid = extensionOID
+        guard der.count > oid.count, let start = (0...(der.count - oid.count)).first(where: { at in
+            der[at] == oid[0] && der[at..<(at + oid.count)].elementsEqual(oid)
+        }) else { return [] }
+        var offset = start + oid.count
+        // Optional `critical BOOLEAN`, then the OCTET STRING holding the extension's DER value.
+        if let item = element(der, at: offset), item.tag == 0x01 { offset = item.end }
+        guard let octets = element(der, at: offset), octets.tag == 0x04,
+              let sequence = element(der, at: octets.contentStart), sequence.tag == 0x30, sequence.end <= octets.end
+        else { return [] }
+        var topics: [String] = []
+        var cursor = sequence.contentStart
+        while cursor < sequence.end, let item = element(der, at: cursor), item.end <= sequence.end {
+            if item.tag == 0x0C { topics.append(String(decoding: der[item.contentStart..<item.end], as: UTF8.self)) }
+            cursor = item.end
+        }
+        return topics
+    }
+
+    private static func element(_ der: [UInt8], at offset: Int) -> (tag: UInt8, contentStart: Int, end: Int)? {
+        guard offset + 2 <= der.count else { return nil }
+        let tag = der[offset]
+        var length = Int(der[offset + 1])
+        var start = offset + 2
+        if length & 0x80 != 0 {
+            let count = length & 0x7F
+            guard count >= 1, count <= 4, start + count <= der.count else { return nil }
+            length = 0
+            for byte in der[start..<(start + count)] { length = length << 8 | Int(byte) }
+            start += count
+        }
+        guard start + length <= der.count else { return nil }
+        return (tag, start, start + length)
+    }
+}
+
+/// Decodes base64url without padding (a JWT part); nil when malformed.
+func decodeBase64URL(_ text: Substring) -> [UInt8]? {
+    var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+    while standard.count % 4 != 0 { standard += "=" }
+    return Data(base64Encoded: standard).map { Array($0) }
+}

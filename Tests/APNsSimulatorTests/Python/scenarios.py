@@ -1,0 +1,549 @@
+"""Scenarios run by APNsSimulatorTests: `python3 scenarios.py <name>`. Each starts from a reset
+simulator, drives it with outside clients (h2, httpx, aioapns) and asserts; exit 0 = pass."""
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+import time
+
+from simclient import (BUNDLE, DIR, ENV, H2, PORTS, TEAM, Failure, admin, advance_clock, alert_body, check,
+                       clock_ms, expect_eq, expect_reason, make_jwt, set_clock_to_now, token)
+
+SCENARIOS = {}
+
+
+def scenario(function):
+    SCENARIOS[function.__name__] = function
+    return function
+
+
+def headers(topic=BUNDLE, push_type="alert", priority="10", extra=()):
+    result = []
+    if topic is not None:
+        result.append(("apns-topic", topic))
+    if push_type is not None:
+        result.append(("apns-push-type", push_type))
+    if priority is not None:
+        result.append(("apns-priority", priority))
+    return result + list(extra)
+
+
+@scenario
+def request_checks():
+    """Every request check of apns-reference.md §2 with Apple's status and JSON body."""
+    jwt = make_jwt()
+    c = H2("sandbox")
+    t = token()
+    ok = c.push(t, jwt=jwt, headers=headers(extra=[("apns-id", "123E4567-E89B-12D3-A456-426614174000")]))
+    expect_eq(ok.status, 200, f"valid push ({ok!r})")
+    expect_eq(ok.body, b"", "200 body")
+    expect_eq(ok.header("apns-id"), "123e4567-e89b-12d3-a456-426614174000", "echoed apns-id")
+    check(ok.header("apns-unique-id"), "sandbox answers carry apns-unique-id")
+    generated = c.push(t, jwt=jwt)
+    check(len(generated.header("apns-id") or "") == 36, f"generated apns-id {generated.header('apns-id')}")
+
+    def send(path_token=t, hdrs=None, body=None, method="POST", path=None):
+        hdrs = headers() if hdrs is None else hdrs
+        sid = c.send(path or f"/3/device/{path_token}", hdrs + [("authorization", f"bearer {jwt}")],
+                     alert_body() if body is None else body, method=method)
+        return c.wait(sid)
+
+    expect_reason(send(method="GET", body=b""), 405, "MethodNotAllowed")
+    expect_reason(send(path="/3/devices/" + t), 404, "BadPath")
+    expect_reason(send(path="/3/device/"), 400, "MissingDeviceToken")
+    for bad in ["abc", "zz" * 32, "ab" * 31, "a" * 65, "ab" * 257]:
+        expect_reason(send(path_token=bad), 400, "BadDeviceToken")
+    expect_eq(send(path_token=token(80)).status, 200, "an 80-byte token is valid")
+    expect_eq(send(path_token=token().upper()).status, 200, "upper-case hex is accepted (DESIGN.md token rule)")
+    expect_reason(send(hdrs=headers(push_type="bogus")), 400, "InvalidPushType")
+    expect_reason(send(hdrs=headers(topic=None)), 400, "MissingTopic")
+    expect_reason(send(hdrs=headers(topic="com.example app")), 400, "BadTopic")
+    expect_reason(send(hdrs=headers(topic="")), 400, "BadTopic")
+    expect_reason(send(hdrs=headers(push_type="voip")), 400, "TopicDisallowed")
+    expect_reason(send(hdrs=headers(topic=BUNDLE + ".voip")), 400, "TopicDisallowed")
+    expect_reason(send(hdrs=headers(topic=BUNDLE + ".voip-ptt", push_type="liveactivity")), 400, "TopicDisallowed")
+    expect_reason(send(hdrs=headers(push_type="mdm")), 400, "TopicDisallowed")  # certificate only
+    expect_eq(send(hdrs=headers(topic=BUNDLE + ".voip", push_type=None)).status, 200, "push type implied by a .voip topic")
+    expect_eq(send(hdrs=headers(topic=BUNDLE + ".voip-ptt", push_type="pushtotalk", extra=[("apns-expiration", "0")])).status, 200, "pushtotalk")
+    expect_eq(send(hdrs=headers(topic=BUNDLE + ".location-query", push_type="location")).status, 200, "location over token auth")
+    expect_eq(send(hdrs=headers(topic=BUNDLE + ".push-type.liveactivity", push_type="liveactivity", priority="5")).status, 200, "liveactivity")
+    expect_reason(send(hdrs=headers(priority="7")), 400, "BadPriority")
+    expect_reason(send(hdrs=headers(priority="high")), 400, "BadPriority")
+    background = b'{"aps":{"content-available":1}}'
+    expect_reason(send(hdrs=headers(push_type="background", priority="10"), body=background), 400, "BadPriority")
+    expect_reason(send(hdrs=headers(push_type="background", priority=None), body=background), 400, "BadPriority")
+    expect_eq(send(hdrs=headers(push_type="background", priority="5"), body=background).status, 200, "background at 5")
+    expect_eq(send(hdrs=headers(priority="1")).status, 200, "priority 1")
+    expect_reason(send(hdrs=headers(extra=[("apns-expiration", "soon")])), 400, "BadExpirationDate")
+    expect_reason(send(hdrs=headers(extra=[("apns-expiration", "-5")])), 400, "BadExpirationDate")
+    expect_eq(send(hdrs=headers(extra=[("apns-expiration", str(int(time.time()) + 3600))])).status, 200, "expiration")
+    bad_id = send(hdrs=headers(extra=[("apns-id", "not-a-uuid")]))
+    expect_reason(bad_id, 400, "BadMessageId")
+    check(bad_id.header("apns-id") != "not-a-uuid", "a bad apns-id is not echoed")
+    expect_reason(send(hdrs=headers(extra=[("apns-collapse-id", "c" * 65)])), 400, "BadCollapseId")
+    expect_eq(send(hdrs=headers(extra=[("apns-collapse-id", "c" * 64)])).status, 200, "64-byte collapse id")
+    expect_reason(send(hdrs=headers(extra=[("apns-topic", BUNDLE)])), 400, "DuplicateHeaders")
+    expect_reason(send(hdrs=headers(extra=[("x-custom", "1"), ("x-custom", "2")])), 400, "DuplicateHeaders")
+    expect_reason(send(body=b""), 400, "PayloadEmpty")
+    expect_eq(send(body=alert_body(4096)).status, 200, "4096-byte alert")
+    expect_reason(send(body=alert_body(4097)), 413, "PayloadTooLarge")
+    voip = headers(topic=BUNDLE + ".voip", push_type="voip")
+    expect_eq(send(hdrs=voip, body=alert_body(5120)).status, 200, "5120-byte voip")
+    expect_reason(send(hdrs=voip, body=alert_body(5121)), 413, "PayloadTooLarge")
+
+    production = H2("production")
+    answer = production.push(token(), jwt=jwt)
+    expect_eq(answer.status, 200, "production push")
+    check(answer.header("apns-unique-id") is None, "production answers carry no apns-unique-id")
+
+
+@scenario
+def provider_token_rejections():
+    """MissingProviderToken, InvalidProviderToken (garbage, unknown kid, wrong team, wrong key,
+    missing iat), then a DER-signed token is accepted; the stream limit stays 1 until then."""
+    c = H2("sandbox")
+    expect_eq(c.max_streams_seen, [1], "initial SETTINGS_MAX_CONCURRENT_STREAMS")
+    t = token()
+    expect_reason(c.push(t), 403, "MissingProviderToken")
+    sid = c.send(f"/3/device/{t}", headers() + [("authorization", "")], alert_body())
+    expect_reason(c.wait(sid), 403, "MissingProviderToken")
+    expect_reason(c.push(t, jwt="not.a.jwt"), 403, "InvalidProviderToken")
+    expect_reason(c.push(t, jwt=make_jwt(kid="UNKNOWN001")), 403, "InvalidProviderToken")
+    expect_reason(c.push(t, jwt=make_jwt(team="OTHERTEAM1")), 403, "InvalidProviderToken")
+    expect_reason(c.push(t, jwt=make_jwt(key="untrusted")), 403, "InvalidProviderToken")
+    expect_eq(c.max_streams_seen, [1], "the limit stays 1 while no request succeeded")
+    ok = c.push(t, jwt=make_jwt(der=True))
+    expect_eq(ok.status, 200, f"DER-signed token ({ok!r})")
+    c.pump(lambda: len(c.max_streams_seen) >= 2, what="the raised stream limit")
+    expect_eq(c.max_streams_seen, [1, 1000], "SETTINGS_MAX_CONCURRENT_STREAMS after the first success")
+
+
+@scenario
+def stream_limit():
+    """One stream until a request with a valid token succeeded, then the configured limit."""
+    # A client that does not wait for SETTINGS sends two streams at once; the first fails (no token),
+    # so the connection is still limited to one stream and the second is refused.
+    jwt = make_jwt()
+    early = H2("sandbox", wait_settings=False)
+    first = early.send_push(token(), jwt=None, flush=False)
+    second = early.send_push(token(), jwt=jwt, flush=False)
+    early.flush()
+    early.pump(lambda: early.responses[second].reset is not None or early.goaway is not None or early.closed,
+               what="the refusal of the second stream")
+    check(early.responses[second].status is None, "the second stream got no answer")
+    if early.responses[second].reset is not None:
+        expect_eq(early.responses[second].reset, 7, "RST_STREAM REFUSED_STREAM")  # nghttp2 before SETTINGS ACK
+    expect_reason(early.wait(first), 403, "MissingProviderToken")
+
+    c = H2("sandbox")
+    expect_eq(c.max_streams_seen, [1], "initial limit")
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "first push")
+    c.pump(lambda: len(c.max_streams_seen) >= 2, what="the raised limit")
+    expect_eq(c.max_streams_seen[-1], 1000, "raised limit")
+    sids = [c.send_push(token(), jwt=jwt, flush=False) for _ in range(50)]
+    c.flush()
+    for sid in sids:
+        expect_eq(c.wait(sid).status, 200, f"concurrent stream {sid}")
+
+
+@scenario
+def expired_provider_token():
+    """ExpiredProviderToken for iat older than one hour, judged by the injected clock."""
+    set_clock_to_now()
+    now = clock_ms() // 1000
+    c = H2("sandbox")
+    t = token()
+    expect_reason(c.push(t, jwt=make_jwt(iat=now - 3601)), 403, "ExpiredProviderToken")
+    fresh = make_jwt(iat=now)
+    expect_eq(c.push(t, jwt=fresh).status, 200, "fresh token")
+    advance_clock(3600 * 1000)
+    expect_eq(c.push(t, jwt=fresh).status, 200, "exactly one hour old")
+    advance_clock(1000)
+    expect_reason(c.push(t, jwt=fresh), 403, "ExpiredProviderToken")
+    # The expired token may be replaced at once, even within 20 minutes of installing it.
+    expect_eq(c.push(t, jwt=make_jwt()).status, 200, "new token after expiry")
+
+
+@scenario
+def too_many_provider_token_updates():
+    """A different JWT on the same connection within 20 minutes → 429; after 20 minutes or on a new
+    connection it is accepted."""
+    set_clock_to_now()
+    now = clock_ms() // 1000
+    a, b = make_jwt(iat=now), make_jwt(iat=now - 1)
+    c = H2("sandbox")
+    t = token()
+    expect_eq(c.push(t, jwt=a).status, 200, "token A")
+    expect_reason(c.push(t, jwt=b), 429, "TooManyProviderTokenUpdates")
+    expect_eq(c.push(t, jwt=a).status, 200, "token A still accepted")
+    other = H2("sandbox")
+    expect_eq(other.push(t, jwt=b).status, 200, "token B on a new connection")
+    advance_clock(19 * 60 * 1000)
+    expect_reason(c.push(t, jwt=b), 429, "TooManyProviderTokenUpdates")
+    advance_clock(60 * 1000)
+    expect_eq(c.push(t, jwt=b).status, 200, "token B after 20 minutes")
+
+
+@scenario
+def key_binding():
+    """UnrelatedKeyIdInToken for a second key on one connection; BadEnvironmentKeyIdInToken for a key
+    restricted to production used on sandbox."""
+    c = H2("sandbox")
+    t = token()
+    expect_eq(c.push(t, jwt=make_jwt()).status, 200, "key 1")
+    expect_reason(c.push(t, jwt=make_jwt(key="key2", kid="KEY0000002")), 403, "UnrelatedKeyIdInToken")
+    expect_eq(H2("sandbox").push(t, jwt=make_jwt(key="key2", kid="KEY0000002")).status, 200, "key 2 on its own connection")
+    production_only = make_jwt(key="key3", kid="KEY0000003")
+    expect_reason(H2("sandbox").push(t, jwt=production_only), 403, "BadEnvironmentKeyIdInToken")
+    expect_eq(H2("production").push(t, jwt=production_only).status, 200, "production-only key on production")
+
+
+@scenario
+def token_registry():
+    """Registered tokens: other environment → BadDeviceToken, other app → DeviceTokenNotForTopic;
+    unregistered tokens → 410 with the timestamp in ms."""
+    jwt = make_jwt()
+    sandbox, production = H2("sandbox"), H2("production")
+    t = token()
+    admin("/admin/tokens", "POST", {"token": t.upper(), "environment": "sandbox", "bundle_id": BUNDLE})
+    expect_eq(sandbox.push(t, jwt=jwt).status, 200, "own environment")
+    expect_reason(production.push(t, jwt=jwt), 400, "BadDeviceToken")
+    expect_reason(sandbox.push(t, jwt=jwt, headers=headers(topic="com.other.app")), 400, "DeviceTokenNotForTopic")
+    expect_eq(sandbox.push(t, jwt=jwt, headers=headers(topic=BUNDLE + ".voip", push_type="voip")).status, 200,
+              "the app's VoIP topic")
+    expect_eq(sandbox.push(token(), jwt=jwt, headers=headers(topic="com.other.app")).status, 200, "unknown tokens: any topic")
+
+    gone = token()
+    answer = admin("/admin/tokens/unregistered", "POST", {"token": gone, "timestamp_ms": 1_700_000_000_123})
+    expect_eq(answer["timestamp_ms"], 1_700_000_000_123, "admin answer")
+    r = sandbox.push(gone, jwt=jwt)
+    expect_eq(r.status, 410, "unregistered status")
+    expect_eq(r.json, {"reason": "Unregistered", "timestamp": 1_700_000_000_123}, "410 body")
+    expired = token()
+    admin("/admin/tokens/unregistered", "POST", {"token": expired, "reason": "ExpiredToken"})
+    r = production.push(expired, jwt=jwt)
+    expect_eq((r.status, r.reason), (410, "ExpiredToken"), "ExpiredToken")
+    expect_eq(r.json["timestamp"], clock_ms(), "default timestamp is the simulator clock's now")
+    scoped = token()
+    admin("/admin/tokens/unregistered", "POST", {"token": scoped, "bundle_id": BUNDLE, "timestamp_ms": 5})
+    expect_eq(sandbox.push(scoped, jwt=jwt).status, 410, "scoped invalidation, its app")
+    expect_eq(sandbox.push(scoped, jwt=jwt, headers=headers(topic="com.other.app")).status, 200, "another app")
+    admin("/admin/tokens", "POST", {"token": "xyz", "environment": "sandbox"}, status=400)
+    admin("/admin/tokens/unregistered", "POST", {"token": token(), "reason": "BadTopic"}, status=400)
+
+
+@scenario
+def certificate_auth():
+    """Certificate connections: topics from Apple's extension or the subject UID, no provider token."""
+    multi = H2("sandbox", cert="client-multi.pem", key="client-multi-key.pem")
+    expect_eq(multi.max_streams_seen, [1], "initial limit")
+    t = token()
+    ok = multi.push(t)  # no authorization header
+    expect_eq(ok.status, 200, f"certificate push ({ok!r})")
+    multi.pump(lambda: len(multi.max_streams_seen) >= 2, what="the raised limit")
+    expect_eq(multi.push(t, headers=headers(topic=BUNDLE + ".voip", push_type="voip")).status, 200, "listed VoIP topic")
+    expect_eq(multi.push(t, jwt="ignored.garbage.token").status, 200, "authorization is ignored")
+    expect_reason(multi.push(t, headers=headers(topic="com.other.app")), 400, "TopicDisallowed")
+    expect_reason(multi.push(t, headers=headers(topic=None)), 400, "MissingTopic")
+    expect_reason(multi.push(t, headers=headers(topic=BUNDLE + ".location-query", push_type="location")), 400,
+                  "TopicDisallowed")
+
+    single = H2("production", cert="client-single.pem", key="client-single-key.pem")
+    expect_eq(single.push(t, headers=headers(topic=None)).status, 200, "topic from the certificate UID")
+    expect_reason(single.push(t, headers=headers(topic=BUNDLE)), 400, "TopicDisallowed")
+    records = [r for r in admin("/admin/requests")["requests"] if r["environment"] == "production"]
+    check(records and "UID=com.example.single" in records[-1]["certificate_subject"], f"certificate subject in {records[-1:]}")
+    connections = admin("/admin/connections")["connections"]
+    check(any(c["auth"] == "certificate" and c["certificate_topics"] == [BUNDLE, BUNDLE + ".voip"] for c in connections),
+          f"certificate topics in {connections}")
+
+    try:
+        rogue = H2("sandbox", cert="rogue.pem", key="rogue-key.pem")
+        r = rogue.push(t)
+        raise Failure(f"a certificate from another CA was accepted: {r!r}")
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError, Failure) as error:
+        if isinstance(error, Failure) and "was accepted" in str(error):
+            raise
+    # Without a certificate the same listener is a token-auth listener.
+    expect_reason(H2("sandbox").push(t), 403, "MissingProviderToken")
+
+
+@scenario
+def status_shares():
+    jwt = make_jwt()
+    c = H2("sandbox")
+    c.push(token(), jwt=jwt)
+    admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
+    expect_reason(c.push(token(), jwt=jwt), 503, "ServiceUnavailable")
+    admin("/admin/faults", "PUT", {"status_shares": {"429": 0.5, "500": 0.5}})
+    sids = [c.send_push(token(), jwt=jwt, flush=False) for _ in range(60)]
+    c.flush()
+    seen = {}
+    for sid in sids:
+        r = c.wait(sid)
+        seen[(r.status, r.reason)] = seen.get((r.status, r.reason), 0) + 1
+    expect_eq(set(seen), {(429, "TooManyRequests"), (500, "InternalServerError")}, "injected answers")
+    counters = admin("/admin/counters")["counters"]
+    expect_eq(counters.get("429 TooManyRequests", 0) + counters.get("500 InternalServerError", 0), 60, f"counters {counters}")
+    admin("/admin/faults", "PUT", {"reason_shares": {"Shutdown": 1.0}})
+    expect_reason(c.push(token(), jwt=jwt), 503, "Shutdown")
+    admin("/admin/faults", "PUT", {"reason_shares": {"IdleTimeout": 0.5, "ExpiredProviderToken": 0.5}})
+    seen = {(r.status, r.reason) for r in (c.push(token(), jwt=jwt) for _ in range(30))}
+    expect_eq(seen, {(400, "IdleTimeout"), (403, "ExpiredProviderToken")}, "reason shares")
+    admin("/admin/faults", "PUT", {"status_shares": {"429": 0.9, "500": 0.2}}, status=400)
+    admin("/admin/faults", "PUT", {"status_shares": {"429": 0.9}, "reason_shares": {"Shutdown": 0.2}}, status=400)
+    admin("/admin/faults", "PUT", {"reason_shares": {"NoSuchReason": 0.2}}, status=400)
+    admin("/admin/faults", "PUT", {})
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "faults cleared")
+
+
+@scenario
+def token_rate_limit():
+    set_clock_to_now()
+    jwt = make_jwt()
+    c = H2("sandbox")
+    admin("/admin/faults", "PUT", {"token_rate_limit": {"max_pushes": 3, "window_ms": 60000}})
+    t = token()
+    for i in range(3):
+        expect_eq(c.push(t, jwt=jwt).status, 200, f"push {i + 1} within the limit")
+    expect_reason(c.push(t, jwt=jwt), 429, "TooManyRequests")
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "another token")
+    advance_clock(60_000)
+    expect_eq(c.push(t, jwt=jwt).status, 200, "a new window")
+
+
+@scenario
+def latency():
+    jwt = make_jwt()
+    c = H2("sandbox")
+    c.push(token(), jwt=jwt)
+    admin("/admin/faults", "PUT", {"latency": {"min_ms": 300, "max_ms": 300}})
+    start = time.monotonic()
+    sids = [c.send_push(token(), jwt=jwt, flush=False) for _ in range(20)]
+    c.flush()
+    for sid in sids:
+        expect_eq(c.wait(sid).status, 200, "delayed answer")
+    elapsed = time.monotonic() - start
+    check(0.29 <= elapsed < 1.5, f"20 concurrent answers delayed 300 ms each took {elapsed:.3f}s (must overlap)")
+    # The event loop is not blocked meanwhile: the admin API and other connections answer.
+    records = admin("/admin/requests")["requests"]
+    expect_eq(records[-1]["delay_ms"], 300, "recorded delay")
+    admin("/admin/faults", "PUT", {"latency": {"distribution": "exponential", "mean_ms": 5, "max_ms": 50, "share": 0.5}})
+    for _ in range(10):
+        expect_eq(c.push(token(), jwt=jwt).status, 200, "exponential latency")
+    delays = [r["delay_ms"] for r in admin("/admin/requests")["requests"][-10:]]
+    check(all(0 <= d <= 50 for d in delays), f"delays capped at 50 ms: {delays}")
+
+
+@scenario
+def goaway_after_streams():
+    jwt = make_jwt()
+    admin("/admin/faults", "PUT", {"goaway": {"after_streams": 3, "reason": "Shutdown"}})
+    c = H2("sandbox")
+    statuses = [c.push(token(), jwt=jwt).status for _ in range(3)]
+    expect_eq(statuses, [200, 200, 200], "answers before GOAWAY")
+    c.pump(lambda: c.goaway is not None, what="GOAWAY")
+    expect_eq(c.goaway.error_code, 0, "GOAWAY error code NO_ERROR")
+    expect_eq(c.goaway.last_stream_id, 5, "last-stream-id")
+    expect_eq(json.loads(c.goaway.additional_data), {"reason": "Shutdown"}, "GOAWAY debug data")
+    expect_eq(admin("/admin/counters")["counters"].get("goaway"), 1, "goaway counter")
+
+
+@scenario
+def goaway_every():
+    jwt = make_jwt()
+    admin("/admin/faults", "PUT", {"goaway": {"every_ms": 200, "reason": "IdleTimeout", "error_code": 0}})
+    c = H2("sandbox")
+    start = time.monotonic()
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "first push")
+    c.pump(lambda: c.goaway is not None, timeout=3, what="the periodic GOAWAY")
+    elapsed = time.monotonic() - start
+    check(0.15 <= elapsed < 2, f"GOAWAY after {elapsed:.3f}s, expected about 0.2s")
+    expect_eq(json.loads(c.goaway.additional_data), {"reason": "IdleTimeout"}, "debug data")
+    # Admin-triggered GOAWAY on every connection.
+    admin("/admin/faults", "PUT", {})
+    d = H2("production")
+    expect_eq(d.push(token(), jwt=jwt).status, 200, "push")
+    ids = admin("/admin/connections/goaway", "POST", {"environment": "production", "reason": "Shutdown"})["connections"]
+    check(len(ids) >= 1, f"goaway targets {ids}")
+    d.pump(lambda: d.goaway is not None, what="the admin GOAWAY")
+    expect_eq(admin("/admin/counters")["counters"].get("goaway"), 1 + len(ids), "goaway counter (timer + admin)")
+    expect_eq(json.loads(d.goaway.additional_data), {"reason": "Shutdown"}, "admin GOAWAY debug data")
+
+
+@scenario
+def drop_without_goaway():
+    jwt = make_jwt()
+    admin("/admin/faults", "PUT", {"drop_after_streams": 2})
+    c = H2("sandbox")
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "first push")
+    sid = c.send_push(token(), jwt=jwt)
+    c.wait_closed()
+    expect_eq(c.goaway, None, "no GOAWAY before the drop")
+    expect_eq(c.responses[sid].status, None, "the second push got no answer")
+    expect_eq(admin("/admin/counters")["counters"].get("dropped"), 1, "dropped counter")
+    admin("/admin/faults", "PUT", {})
+    d = H2("sandbox")
+    expect_eq(d.push(token(), jwt=jwt).status, 200, "push")
+    admin("/admin/connections/drop", "POST", {})
+    d.wait_closed()
+    expect_eq(d.goaway, None, "admin drop sends no GOAWAY")
+
+
+@scenario
+def unanswered():
+    jwt = make_jwt()
+    c = H2("sandbox")
+    c.push(token(), jwt=jwt)
+    admin("/admin/faults", "PUT", {"unanswered_share": 1.0})
+    sid = c.send_push(token(), jwt=jwt)
+    try:
+        c.wait(sid, timeout=0.7)
+        raise Failure("an unanswered request was answered")
+    except Failure as error:
+        check("timed out" in str(error), str(error))
+    records = admin("/admin/requests")["requests"]
+    expect_eq((records[-1]["fault"], records[-1]["status"]), ("unanswered", None), "record")
+    expect_eq(admin("/admin/counters")["counters"].get("unanswered"), 1, "unanswered counter")
+    admin("/admin/faults", "PUT", {})
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "others are answered again")
+
+
+@scenario
+def settings_schedule():
+    jwt = make_jwt()
+    admin("/admin/faults", "PUT", {"max_concurrent_streams": 500, "max_concurrent_streams_schedule": [
+        {"after_ms": 200, "value": 5}, {"after_ms": 500, "value": 50}]})
+    c = H2("sandbox")
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "first push")
+    c.pump(lambda: len(c.max_streams_seen) >= 4, timeout=3, what="the scheduled SETTINGS")
+    expect_eq(c.max_streams_seen, [1, 500, 5, 50], "SETTINGS_MAX_CONCURRENT_STREAMS sequence")
+    connections = admin("/admin/connections")["connections"]
+    check(any(x["max_concurrent_streams"] == 50 for x in connections), f"connections {connections}")
+
+
+@scenario
+def observability():
+    set_clock_to_now()
+    jwt = make_jwt()
+    c = H2("sandbox")
+    t = token()
+    body = b'{"aps":{"alert":"hello/world"},"k":"\\u00e9"}'
+    expect_eq(c.push(t, jwt=jwt, body=body).status, 200, "push")
+    expect_reason(c.push("abc", jwt=jwt), 400, "BadDeviceToken")
+    data = admin("/admin/requests")
+    first, second = data["requests"]
+    expect_eq(first["environment"], "sandbox", "environment")
+    expect_eq(first["path"], f"/3/device/{t}", "path")
+    expect_eq(first["method"], "POST", "method")
+    expect_eq(first["body"], body.decode(), "body text, byte for byte")
+    expect_eq(first["status"], 200, "status")
+    check("reason" not in first, "no reason on 200")
+    expect_eq(dict(first["headers"])["apns-topic"], BUNDLE, "headers")
+    expect_eq(first["jwt"]["header"], {"alg": "ES256", "kid": "KEY0000001", "typ": "JWT"}, "JWT header")
+    expect_eq(first["jwt"]["claims"]["iss"], TEAM, "JWT claims")
+    expect_eq(first["received_at_ms"], clock_ms(), "time from the simulator clock")
+    expect_eq(first["connection"], second["connection"], "same connection id")
+    check(len(first["apns_id"]) == 36, "apns_id")
+    expect_eq((second["status"], second["reason"]), (400, "BadDeviceToken"), "second record")
+    counters = admin("/admin/counters")
+    expect_eq(counters, {"counters": {"200": 1, "400 BadDeviceToken": 1}, "total": 2}, "counters")
+    faults = admin("/admin/faults")
+    expect_eq(faults["max_concurrent_streams"], 1000, "default faults")
+    admin("/admin/faults", "PUT", {"latency": {"min_ms": 1, "max_ms": 2, "typo": 3}}, status=400)
+    admin("/admin/nothing", status=404)
+    admin("/admin/reset", "POST")
+    expect_eq(admin("/admin/requests"), {"requests": []}, "reset requests")
+    expect_eq(admin("/admin/counters"), {"counters": {}, "total": 0}, "reset counters")
+
+
+@scenario
+def config_file():
+    """Started with a config file (faults + token lists); reset restores it."""
+    jwt = make_jwt()
+    faults = admin("/admin/faults")
+    expect_eq(faults["status_shares"], {"500": 1.0}, "faults from the file")
+    c = H2("sandbox")
+    expect_reason(c.push(token(), jwt=jwt), 500, "InternalServerError")
+    admin("/admin/faults", "PUT", {})
+    expect_eq(c.push(token(), jwt=jwt).status, 200, "faults replaced at runtime")
+    gone = ENV["SIM_FILE_UNREGISTERED"]
+    r = c.push(gone, jwt=jwt)
+    expect_eq((r.status, r.json), (410, {"reason": "Unregistered", "timestamp": 42}), "unregistered from the file")
+    expect_reason(c.push(ENV["SIM_FILE_PRODUCTION_TOKEN"], jwt=jwt), 400, "BadDeviceToken")
+    admin("/admin/reset", "POST")
+    expect_eq(admin("/admin/faults")["status_shares"], {"500": 1.0}, "reset restores the file's faults")
+
+
+@scenario
+def aioapns_client():
+    """aioapns (token and certificate auth) against the simulator."""
+    import aioapns
+    from aioapns import APNs, NotificationRequest, PushType
+    import aioapns.connection as connection
+
+    set_clock_to_now()  # aioapns signs with the real time
+    connection.APNsDevelopmentClientProtocol.APNS_SERVER = "127.0.0.1"
+    connection.APNsDevelopmentClientProtocol.APNS_PORT = PORTS["sandbox"]
+    connection.APNsProductionClientProtocol.APNS_SERVER = "127.0.0.1"
+    connection.APNsProductionClientProtocol.APNS_PORT = PORTS["production"]
+
+    async def run():
+        context = ssl.create_default_context(cafile=ENV["SIM_CA"])
+        client = APNs(key=key_text("key1"), key_id="KEY0000001", team_id=TEAM, topic=BUNDLE, use_sandbox=True,
+                      ssl_context=context)
+        t, gone = token(), token()
+        admin("/admin/tokens/unregistered", "POST", {"token": gone, "timestamp_ms": 1234})
+        result = await client.send_notification(NotificationRequest(device_token=t, message={"aps": {"alert": "hi"}},
+                                                                    push_type=PushType.ALERT))
+        expect_eq((result.status, result.description), ("200", None), "aioapns push")
+        results = await asyncio.gather(*[client.send_notification(NotificationRequest(
+            device_token=token(), message={"aps": {"alert": str(i)}})) for i in range(30)])
+        expect_eq({r.status for r in results}, {"200"}, "30 concurrent aioapns pushes")
+        result = await client.send_notification(NotificationRequest(device_token=gone, message={"aps": {"alert": "x"}}))
+        expect_eq((result.status, result.description, result.timestamp), ("410", "Unregistered", 1234), "410 via aioapns")
+        result = await client.send_notification(NotificationRequest(device_token="abcd", message={"aps": {"alert": "x"}}))
+        expect_eq((result.status, result.description), ("400", "BadDeviceToken"), "BadDeviceToken via aioapns")
+        result = await client.send_notification(NotificationRequest(
+            device_token=t, message={"aps": {"content-available": 1}}, push_type=PushType.BACKGROUND, priority=10))
+        expect_eq((result.status, result.description), ("400", "BadPriority"), "background at priority 10")
+        admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
+        result = await client.send_notification(NotificationRequest(device_token=t, message={"aps": {"alert": "x"}}))
+        expect_eq((result.status, result.description), ("503", "ServiceUnavailable"), "injected 503 via aioapns")
+        admin("/admin/faults", "PUT", {})
+        # GOAWAY: aioapns drops the connection and reconnects for the next push.
+        admin("/admin/connections/goaway", "POST", {"reason": "Shutdown"})
+        await asyncio.sleep(0.2)
+        result = await client.send_notification(NotificationRequest(device_token=t, message={"aps": {"alert": "x"}}))
+        expect_eq(result.status, "200", "push after GOAWAY")
+
+        cert_client = APNs(client_cert=f"{DIR}/client-single-combined.pem", topic="com.example.single",
+                           use_sandbox=False, ssl_context=ssl.create_default_context(cafile=ENV["SIM_CA"]))
+        result = await cert_client.send_notification(NotificationRequest(device_token=t, message={"aps": {"alert": "c"}}))
+        expect_eq(result.status, "200", "aioapns certificate push")
+        records = admin("/admin/requests")["requests"]
+        aioapns_records = [r for r in records if r["path"].endswith(t) and r["status"] == 200]
+        check(any(r.get("jwt", {}).get("claims", {}).get("iss") == TEAM for r in aioapns_records), "aioapns JWT recorded")
+        check(any(r.get("certificate_subject") for r in aioapns_records), "certificate push recorded")
+
+    asyncio.run(run())
+
+
+def key_text(name):
+    with open(f"{DIR}/{name}.p8") as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    name = sys.argv[1]
+    admin("/admin/reset", "POST")
+    if ENV.get("SIM_CLEAR_FAULTS"):  # a simulator started with faults in its config file
+        admin("/admin/faults", "PUT", {})
+    try:
+        SCENARIOS[name]()
+    except Failure as failure:
+        print(f"FAIL {name}: {failure}", file=sys.stderr)
+        sys.exit(1)
+    print(f"ok {name}")
