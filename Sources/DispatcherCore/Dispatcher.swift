@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import Postgres
 import PushMessages
 import ServiceCore
 import Synchronization
@@ -65,7 +66,14 @@ public final class Dispatcher: Sendable {
             busy.store(true, ordering: .sequentiallyConsistent)
             defer { busy.store(false, ordering: .sequentiallyConsistent) }
             await withRetries("record \(message.topic)/\(message.partition)@\(message.offset)") {
-                try await self.handle(message)
+                do {
+                    try await self.handle(message)
+                } catch let error as PostgresError where error.isCausedByTheData {
+                    // Retrying cannot help a record the database refuses: keep it for operators and
+                    // go on, so that nothing blocks the partition behind it.
+                    self.logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
+                    try await self.feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
+                }
             }
             await withRetries("commit \(message.topic)/\(message.partition)@\(message.offset.next)", giveUpOn: { ($0 as? KafkaError)?.code == .assignmentLost }) {
                 try await consumer.commit(topic: message.topic, partition: message.partition, offset: message.offset.next)
@@ -138,5 +146,14 @@ public final class Dispatcher: Sendable {
                 delay = min(delay * 2, configuration.maximumRetryDelay)
             }
         }
+    }
+}
+
+extension PostgresError {
+    /// SQLSTATE classes 22 (data exception) and 23 (integrity constraint violation): the record's
+    /// content is at fault, so retrying the same record cannot succeed.
+    var isCausedByTheData: Bool {
+        guard let state = sqlState else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23")
     }
 }

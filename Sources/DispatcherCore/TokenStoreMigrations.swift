@@ -8,7 +8,8 @@ public enum TokenStoreMigrations {
         Migration(version: 1, name: "device_tokens", sql: """
             CREATE TABLE device_tokens (
                 device_token            text PRIMARY KEY
-                                        CHECK (device_token ~ '^([0-9a-f]{2}){32,256}$'),
+                                        CHECK (device_token ~ '^[0-9a-f]+$' AND length(device_token) % 2 = 0
+                                               AND length(device_token) BETWEEN 64 AND 512),
                 bundle_id               text NOT NULL,
                 environment             text NOT NULL CHECK (environment IN ('sandbox', 'production')),
                 token_kind              text NOT NULL,

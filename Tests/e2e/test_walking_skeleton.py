@@ -59,9 +59,14 @@ def test_registered_tokens_of_a_user_receive_a_push_and_reports_arrive():
         stack.send_request(make_send_request(request_id, [user], bundle, {"aps": {"alert": "hello/world"}}))
 
         def complete(records):
-            events = [e for e in stack.decode_feedback(records)
-                      if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
-            return bool(events)
+            # Reports are keyed by token and the completion by request id: they arrive on different
+            # partitions, in any order.
+            events = stack.decode_feedback(records)
+            done = any(e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id
+                       for e in events)
+            reports = {e.delivery_report.device_token for e in events
+                       if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id}
+            return done and reports == set(tokens)
 
         events = stack.decode_feedback(reader.read_until(complete, timeout=60))
     finally:
