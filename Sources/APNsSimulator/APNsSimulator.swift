@@ -114,12 +114,13 @@ public final class APNsSimulator: Sendable {
             }
         }
         state.liveConnectionKeys.withLock {
-            $0 = { @Sendable in
+            // Weak: the servers' handlers hold the state, so strong captures would make a cycle.
+            $0 = { @Sendable [weak production, weak sandbox] in
                 var keys = Set<UInt64>()
-                for connection in production.connections() {
+                for connection in production?.connections() ?? [] {
                     keys.insert(ConnectionState.key(environment: .production, connectionID: connection.id))
                 }
-                for connection in sandbox.connections() {
+                for connection in sandbox?.connections() ?? [] {
                     keys.insert(ConnectionState.key(environment: .sandbox, connectionID: connection.id))
                 }
                 return keys

@@ -76,11 +76,19 @@ public struct APNsSimulatorRecord: Sendable {
 }
 
 /// The received requests (a ring of at most `limit`) and counters by outcome, behind one `Mutex`
-/// held only to append or copy.
+/// held only to swap a reference and bump a counter: records are boxed before locking and the
+/// evicted one is freed after unlocking (freeing headers and body inside the lock made it the
+/// hottest contended section under h2load).
 final class Recorder: Sendable {
+    private final class Box: Sendable {
+        let record: APNsSimulatorRecord
+        init(_ record: APNsSimulatorRecord) { self.record = record }
+    }
+
     private struct State {
-        var ring: [APNsSimulatorRecord] = []
+        var ring: [Box] = []
         var next = 0
+        var accepted = 0
         var counters: [String: Int] = [:]
         var total = 0
     }
@@ -92,41 +100,49 @@ final class Recorder: Sendable {
 
     /// Appends `record` and counts it under `counter` (`"200"`, `"400 BadDeviceToken"`, `"unanswered"`…).
     func append(_ record: APNsSimulatorRecord, counter: String) {
-        // The record it replaces is freed after unlocking (freeing headers and body inside the lock
-        // made it the hottest contended section under h2load).
-        var evicted: APNsSimulatorRecord?
-        state.withLock { state in
+        let box = Box(record)
+        let isAccepted = counter == "200"
+        let evicted: Box? = state.withLock { state in
+            var evicted: Box?
             if state.ring.count < limit {
-                state.ring.append(record)
+                state.ring.append(box)
             } else {
                 evicted = state.ring[state.next]
-                state.ring[state.next] = record
+                state.ring[state.next] = box
                 state.next = (state.next + 1) % limit
             }
-            state.counters[counter, default: 0] += 1
+            if isAccepted { state.accepted += 1 } else { state.counters[counter, default: 0] += 1 }
             state.total += 1
+            return evicted
         }
         withExtendedLifetime(evicted) {}
     }
 
-    /// Counts an event that has no request record (`goaway`, `drop`).
+    /// Counts an event that has no request record (`goaway`, `dropped`).
     func count(_ counter: String) {
         state.withLock { $0.counters[counter, default: 0] += 1 }
     }
 
     /// The kept records, oldest first.
     func records() -> [APNsSimulatorRecord] {
-        state.withLock { state in
-            Array(state.ring[state.next...] + state.ring[..<state.next])
-        }
+        let boxes = state.withLock { Array($0.ring[$0.next...] + $0.ring[..<$0.next]) }
+        return boxes.map(\.record)
     }
 
     /// Counters by outcome and the total number of requests.
     func counters() -> (counters: [String: Int], total: Int) {
-        state.withLock { ($0.counters, $0.total) }
+        state.withLock { state in
+            var counters = state.counters
+            if state.accepted > 0 { counters["200"] = state.accepted }
+            return (counters, state.total)
+        }
     }
 
     func reset() {
-        state.withLock { $0 = State() }
+        let old = state.withLock { state in
+            defer { state = State() }
+            return state.ring
+        }
+        withExtendedLifetime(old) {}
     }
 }

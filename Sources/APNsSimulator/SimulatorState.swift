@@ -13,13 +13,38 @@ final class SimulatorState: Sendable {
         let environment: APNsEnvironment?
     }
 
+    /// The faults in force with what the push path derives from them, swapped as a whole so that a
+    /// request copies one reference under the lock.
+    final class FaultsBox: Sendable {
+        let faults: APNsSimulatorFaults
+        /// Injected answers and their shares, in draw order.
+        let injectedShares: [(APNsReason, Double)]
+        let isQuiet: Bool
+
+        init(_ faults: APNsSimulatorFaults) {
+            self.faults = faults
+            injectedShares = [(APNsReason.tooManyRequests, faults.statusShares[429] ?? 0), (.internalServerError, faults.statusShares[500] ?? 0),
+                              (.serviceUnavailable, faults.statusShares[503] ?? 0)].filter { $0.1 > 0 }
+                + faults.reasonShares.sorted { $0.key.rawValue < $1.key.rawValue }.map { ($0.key, $0.value) }
+            isQuiet = faults.isQuiet
+        }
+    }
+
     struct Shared {
-        var faults: APNsSimulatorFaults
+        var box: FaultsBox
+        /// True when a push must look at the registry or rate windows (kept in step with them).
+        var registryInUse = false
         var registrations: [String: APNsSimulator.TokenRegistration] = [:]
         var invalidations: [String: APNsSimulator.TokenInvalidation] = [:]
         var rateWindows: [String: (start: Int64, count: Int)] = [:]
         var connections: [UInt64: ConnectionState] = [:]
         var newConnectionsSincePurge = 0
+
+        var faults: APNsSimulatorFaults { box.faults }
+
+        mutating func updateRegistryInUse() {
+            registryInUse = !registrations.isEmpty || !invalidations.isEmpty || box.faults.tokenRateLimit != nil
+        }
     }
 
     let verifier: APNsJWTVerifier
@@ -53,7 +78,7 @@ final class SimulatorState: Sendable {
         startRegistrations = configuration.registrations
         startInvalidations = configuration.invalidations
         recorder = Recorder(limit: configuration.recordLimit)
-        shared = Mutex(Shared(faults: configuration.faults))
+        shared = Mutex(Shared(box: FaultsBox(configuration.faults)))
         for registration in startRegistrations { try register(registration) }
         for invalidation in startInvalidations { try invalidate(invalidation) }
     }
@@ -64,14 +89,20 @@ final class SimulatorState: Sendable {
         let hex = try Self.normalize(registration.token)
         var stored = registration
         stored.token = hex
-        shared.withLock { $0.registrations[hex] = stored }
+        shared.withLock {
+            $0.registrations[hex] = stored
+            $0.updateRegistryInUse()
+        }
     }
 
     func invalidate(_ invalidation: APNsSimulator.TokenInvalidation) throws(APNsSimulatorError) {
         let hex = try Self.normalize(invalidation.token)
         var stored = invalidation
         stored.token = hex
-        shared.withLock { $0.invalidations[hex] = stored }
+        shared.withLock {
+            $0.invalidations[hex] = stored
+            $0.updateRegistryInUse()
+        }
     }
 
     private static func normalize(_ token: String) throws(APNsSimulatorError) -> String {
@@ -85,9 +116,11 @@ final class SimulatorState: Sendable {
     var faults: APNsSimulatorFaults { shared.withLock { $0.faults } }
 
     func setFaults(_ faults: APNsSimulatorFaults) {
+        let box = FaultsBox(faults)
         shared.withLock {
-            $0.faults = faults
+            $0.box = box
             $0.rateWindows.removeAll()
+            $0.updateRegistryInUse()
         }
     }
 
@@ -95,10 +128,11 @@ final class SimulatorState: Sendable {
     /// records, counters and rate windows emptied. Open connections keep their state.
     func reset() {
         shared.withLock { shared in
-            shared.faults = startFaults
+            shared.box = FaultsBox(startFaults)
             shared.registrations.removeAll()
             shared.invalidations.removeAll()
             shared.rateWindows.removeAll()
+            shared.updateRegistryInUse()
         }
         for registration in startRegistrations { try? register(registration) }
         for invalidation in startInvalidations { try? invalidate(invalidation) }
@@ -133,11 +167,10 @@ final class SimulatorState: Sendable {
         var duplicate = false
 
         init(_ headers: [HTTP2Header]) {
-            var others: [String] = []
             func set(_ slot: inout String?, _ value: String) {
                 if slot != nil { duplicate = true } else { slot = value }
             }
-            for header in headers {
+            for (index, header) in headers.enumerated() {
                 switch header.name {
                 case "authorization": set(&authorization, header.value)
                 case "apns-topic": set(&topic, header.value)
@@ -147,7 +180,9 @@ final class SimulatorState: Sendable {
                 case "apns-id": set(&apnsID, header.value)
                 case "apns-collapse-id": set(&collapseID, header.value)
                 default:
-                    if others.contains(header.name) { duplicate = true } else { others.append(header.name) }
+                    // Another header: repeated when an earlier one has its name (a handful of headers,
+                    // so a scan beats allocating a set per request).
+                    for earlier in 0..<index where headers[earlier].name == header.name { duplicate = true }
                 }
             }
         }
@@ -166,23 +201,23 @@ final class SimulatorState: Sendable {
     /// Answers one device-push request as APNs would, with the faults in force.
     func handlePush(_ request: HTTP2ServerRequest, _ responder: HTTP2Responder, environment: APNsEnvironment) {
         let key = ConnectionState.key(environment: environment, connectionID: request.connection.id)
-        let (connection, faults, isNew, purge, registryInUse) = shared.withLock { shared in
-            let registryInUse = !shared.registrations.isEmpty || !shared.invalidations.isEmpty || shared.faults.tokenRateLimit != nil
+        let (connection, box, isNew, purge, registryInUse) = shared.withLock { shared in
             if let existing = shared.connections[key] {
-                return (existing, shared.faults, false, false, registryInUse)
+                return (existing, shared.box, false, false, shared.registryInUse)
             }
             let created = ConnectionState(
                 key: key, connection: request.connection, environment: environment, limit: shared.faults.maxConcurrentStreams)
             shared.connections[key] = created
             shared.newConnectionsSincePurge += 1
-            return (created, shared.faults, true, shared.newConnectionsSincePurge >= 256, registryInUse)
+            return (created, shared.box, true, shared.newConnectionsSincePurge >= 256, shared.registryInUse)
         }
+        let faults = box.faults
         if purge { purgeClosedConnections() }
         if isNew {
             // The first request is how the simulator meets a connection: certificate connections are
             // trusted at once; timers start now.
             if connection.certificate != nil { connection.trust() }
-            if !faults.isQuiet {
+            if !box.isQuiet {
                 let recorder = self.recorder
                 connection.startTimers(faults) { recorder.count("goaway") }
             }
@@ -217,13 +252,10 @@ final class SimulatorState: Sendable {
 
         let fields = Fields(request.headers)
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)
-        if verdict.status == 200, !faults.statusShares.isEmpty || !faults.reasonShares.isEmpty {
+        if verdict.status == 200, !box.injectedShares.isEmpty {
             let draw = connection.fields.withLock { $0.rng.unit() }
             var bound = 0.0
-            let shares = [(APNsReason.tooManyRequests, faults.statusShares[429] ?? 0), (.internalServerError, faults.statusShares[500] ?? 0),
-                          (.serviceUnavailable, faults.statusShares[503] ?? 0)]
-                + faults.reasonShares.sorted { $0.key.rawValue < $1.key.rawValue }.map { ($0.key, $0.value) }
-            for (reason, share) in shares {
+            for (reason, share) in box.injectedShares {
                 bound += share
                 if draw < bound {
                     verdict = .reject(reason)
@@ -311,7 +343,14 @@ final class SimulatorState: Sendable {
                 return .reject(failure)
             }
         }
-        guard let token = try? DeviceToken(validating: String(tokenText)) else { return .reject(.badDeviceToken) }
+        // Lowercase hex of an accepted length is the common case: no DeviceToken (three allocations).
+        let tokenHex: String
+        if Self.isCanonicalHexToken(tokenText) {
+            tokenHex = registryInUse ? String(tokenText) : ""
+        } else {
+            guard let token = try? DeviceToken(validating: String(tokenText)) else { return .reject(.badDeviceToken) }
+            tokenHex = token.hex
+        }
 
         // Push type: absent means the one the topic's suffix implies (alert for a bare bundle ID).
         var pushType: APNsPushType?
@@ -346,20 +385,20 @@ final class SimulatorState: Sendable {
         guard registryInUse else { return .ok }
         let bundleID = type.topicSuffix.isEmpty ? topic : String(topic.dropLast(type.topicSuffix.utf8.count))
         return shared.withLock { shared -> Verdict in
-            if let registration = shared.registrations[token.hex] {
+            if let registration = shared.registrations[tokenHex] {
                 if registration.environment != environment { return .reject(.badDeviceToken) }
                 if let expected = registration.bundleID, expected != bundleID { return .reject(.deviceTokenNotForTopic) }
             }
-            if let invalidation = shared.invalidations[token.hex], invalidation.bundleID == nil || invalidation.bundleID == bundleID {
+            if let invalidation = shared.invalidations[tokenHex], invalidation.bundleID == nil || invalidation.bundleID == bundleID {
                 var verdict = Verdict.reject(invalidation.reason)
                 verdict.timestamp = invalidation.timestampMilliseconds
                 return verdict
             }
             if let limit = shared.faults.tokenRateLimit {
-                var window = shared.rateWindows[token.hex] ?? (start: now, count: 0)
+                var window = shared.rateWindows[tokenHex] ?? (start: now, count: 0)
                 if now - window.start >= limit.window.milliseconds { window = (start: now, count: 0) }
                 window.count += 1
-                shared.rateWindows[token.hex] = window
+                shared.rateWindows[tokenHex] = window
                 if window.count > limit.maxPushes {
                     var verdict = Verdict.reject(.tooManyRequests)
                     verdict.fault = "injected"
@@ -407,6 +446,16 @@ final class SimulatorState: Sendable {
             fields.boundKeyID = verified.keyID
             return nil
         }
+    }
+
+    /// Lowercase hex, even length, 64…512 digits: what `DeviceToken` would keep unchanged.
+    static func isCanonicalHexToken(_ text: Substring) -> Bool {
+        var count = 0
+        for byte in text.utf8 {
+            guard (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) else { return false }
+            count += 1
+        }
+        return count % 2 == 0 && count >= DeviceToken.minimumHexLength && count <= DeviceToken.maximumHexLength
     }
 
     private static let bearerPrefix: [UInt8] = Array("bearer ".utf8)

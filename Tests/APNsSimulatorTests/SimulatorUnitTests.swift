@@ -5,6 +5,8 @@ import ServiceCore
 import Testing
 @testable import APNsSimulator
 
+private func * (text: String, count: Int) -> String { String(repeating: text, count: count) }
+
 /// The pure parts: faults JSON, topic rules, certificate topics, generated ids, key lists.
 @Suite struct SimulatorUnitTests {
     @Test func faultsJSONRoundTrip() throws {
@@ -62,6 +64,14 @@ import Testing
         #expect(!SimulatorState.topic("com.example.app.voip", suits: .alert))
         #expect(SimulatorState.topic("com.example.app", suits: .background))
         #expect(SimulatorState.topic("anything.voip", suits: .mdm))
+    }
+
+    @Test func canonicalHexTokenFastPathAgreesWithDeviceToken() {
+        for text in ["ab" * 32, "ab" * 256, "ab" * 257, "ab" * 31, "AB" * 32, "a" * 65, "zz" * 32, "", "<" + "ab" * 32 + ">"] {
+            let fast = SimulatorState.isCanonicalHexToken(Substring(text))
+            let slow = (try? DeviceToken(validating: text))?.hex == text
+            #expect(fast == slow, "\(text)")
+        }
     }
 
     @Test func bearerPrefix() {
