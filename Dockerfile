@@ -1,5 +1,5 @@
 # One image with every executable of the project: registration-service, dispatcher, apns-simulator,
-# kafka-dev-broker and pushctl. Built on Debian 12 (bookworm), the platform the project is tested on.
+# and kafka-dev-broker. Built on Debian 12 (bookworm), the platform the project is tested on.
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
@@ -12,7 +12,7 @@ COPY Protos ./Protos
 RUN swift build -c release --static-swift-stdlib \
  && mkdir /out \
  && cp .build/release/registration-service .build/release/dispatcher \
-       .build/release/apns-simulator .build/release/pushctl .build/release/kafka-dev-broker /out/
+       .build/release/apns-simulator .build/release/kafka-dev-broker /out/
 
 FROM debian:bookworm-slim
 RUN apt-get update \
