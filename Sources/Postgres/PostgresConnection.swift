@@ -87,7 +87,8 @@ public final class PostgresConnection: Sendable {
     ///     on its first use.
     /// - Throws: `PostgresError`: the server's error with its SQLSTATE (the connection stays usable),
     ///   `.connectionLost` when the connection dropped (`isRetryable`), `.connectionClosed` after
-    ///   `close()`, `.queryCanceled` when the task was cancelled during the statement.
+    ///   `close()`, `.queryCanceled` when the task was cancelled during the statement;
+    ///   `CancellationError` when it was cancelled before the statement started.
     public func query(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> PostgresRows {
         try await perform(cancellable: true) { $0.execute(sql, parameters, prepared: prepared) }
     }
