@@ -33,7 +33,7 @@ enum TestServer {
         .appendingPathComponent("scripts/postgres-dev").path
 
     /// Runs `scripts/postgres-dev <command>` and returns its standard output.
-    static func runScript(_ command: String) async throws -> String {
+    static func runScript(_ command: String, environment: [String: String] = [:]) async throws -> String {
         guard FileManager.default.isExecutableFile(atPath: script) else { throw TestFailure("\(script) is missing") }
         // Output goes to files, not pipes: a server started by the script could keep a pipe open.
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("postgres-dev-\(UUID().uuidString)")
@@ -45,6 +45,7 @@ enum TestServer {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: script)
         process.arguments = [command]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: outURL)
         process.standardError = try FileHandle(forWritingTo: errURL)
