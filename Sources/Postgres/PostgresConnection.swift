@@ -80,18 +80,31 @@ public final class PostgresConnection: Sendable {
     ///
     /// Parameters travel apart from the SQL text (extended query protocol, `PQexecParams`), so no
     /// value can change the statement. `nil` is SQL `NULL`.
+    /// - Parameters:
+    ///   - prepared: prepare the statement once per connection (`PQprepare`, keyed by the SQL text and
+    ///     parameter types, at most 256 per connection) and reuse it (`PQexecPrepared`): saves the
+    ///     server's parse and plan on hot statements. Works through a pool: each connection prepares
+    ///     on its first use.
     /// - Throws: `PostgresError`: the server's error with its SQLSTATE (the connection stays usable),
-    ///   `.connectionLost` when the connection dropped (`isRetryable`), `.connectionClosed` after `close()`.
-    public func query(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> PostgresRows {
-        try await perform(cancellable: true) { $0.execute(sql, parameters) }
+    ///   `.connectionLost` when the connection dropped (`isRetryable`), `.connectionClosed` after
+    ///   `close()`, `.queryCanceled` when the task was cancelled during the statement;
+    ///   `CancellationError` when it was cancelled before the statement started.
+    public func query(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> PostgresRows {
+        try await perform(cancellable: true) { $0.execute(sql, parameters, prepared: prepared) }
     }
 
     /// Runs one command (`INSERT`, `UPDATE`, `DELETE`, DDL…) and returns the number of rows it
     /// affected (0 for commands that report none).
-    /// - Throws: `PostgresError`, as `query(_:_:)`.
+    /// - Throws: `PostgresError`, as `query(_:_:prepared:)`.
     @discardableResult
-    public func execute(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> Int {
-        try await query(sql, parameters).affectedRows
+    public func execute(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> Int {
+        try await query(sql, parameters, prepared: prepared).affectedRows
+    }
+
+    /// `query` that is not cancelled with its task: for clean-up statements that must run
+    /// (`ROLLBACK`, releasing an advisory lock).
+    func queryUncancellable(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> PostgresRows {
+        try await perform(cancellable: false) { $0.execute(sql, parameters) }
     }
 
     /// Runs a script of one or more `;`-separated statements with the simple query protocol
@@ -182,6 +195,7 @@ public final class PostgresConnection: Sendable {
     private func perform(
         cancellable: Bool, _ job: @escaping @Sendable (PQConnection) -> Result<PostgresRows, PostgresError>
     ) async throws -> PostgresRows {
+        if cancellable, Task.isCancelled { throw CancellationError() }
         let handle = self.handle
         let run: @Sendable () async throws -> Result<PostgresRows, PostgresError> = { [self] in
             do {

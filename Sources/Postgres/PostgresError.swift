@@ -88,6 +88,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let invalidTextRepresentation = Code(sqlState: "22P02")
         /// 25P02 `in_failed_sql_transaction`: a statement failed earlier in this transaction.
         public static let inFailedTransaction = Code(sqlState: "25P02")
+        /// 0A000 `feature_not_supported` (also "cached plan must not change result type").
+        public static let featureNotSupported = Code(sqlState: "0A000")
         /// 57014 `query_canceled` (statement timeout or a cancelled task).
         public static let queryCanceled = Code(sqlState: "57014")
         /// 57P01 `admin_shutdown` (server shutting down, or `pg_terminate_backend`).

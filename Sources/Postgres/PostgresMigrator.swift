@@ -54,11 +54,11 @@ public struct PostgresMigrator: Sendable {
         _ = try await connection.query("SELECT pg_advisory_lock($1)", [.int64(lockKey)])
         do {
             let report = try await migrateLocked(on: connection)
-            _ = try await connection.query("SELECT pg_advisory_unlock($1)", [.int64(lockKey)])
+            _ = try await connection.queryUncancellable("SELECT pg_advisory_unlock($1)", [.int64(lockKey)])
             return report
         } catch {
             if connection.isConnected {
-                _ = try? await connection.query("SELECT pg_advisory_unlock($1)", [.int64(lockKey)])
+                _ = try? await connection.queryUncancellable("SELECT pg_advisory_unlock($1)", [.int64(lockKey)])
             }
             throw error
         }

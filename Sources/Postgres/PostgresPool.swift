@@ -93,15 +93,15 @@ public final class PostgresPool: Sendable {
 
     /// Runs one statement on a pooled connection (see `PostgresConnection.query`).
     /// - Throws: as `withConnection` and `PostgresConnection.query`.
-    public func query(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> PostgresRows {
-        try await withConnection { try await $0.query(sql, parameters) }
+    public func query(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> PostgresRows {
+        try await withConnection { try await $0.query(sql, parameters, prepared: prepared) }
     }
 
     /// Runs one command on a pooled connection and returns the affected row count.
     /// - Throws: as `withConnection` and `PostgresConnection.query`.
     @discardableResult
-    public func execute(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> Int {
-        try await withConnection { try await $0.execute(sql, parameters) }
+    public func execute(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> Int {
+        try await withConnection { try await $0.execute(sql, parameters, prepared: prepared) }
     }
 
     /// Checks that the database answers: runs `SELECT 1` on a pooled connection.

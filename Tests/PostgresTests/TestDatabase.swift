@@ -33,20 +33,28 @@ enum TestServer {
         .appendingPathComponent("scripts/postgres-dev").path
 
     /// Runs `scripts/postgres-dev <command>` and returns its standard output.
-    static func runScript(_ command: String) async throws -> String {
+    static func runScript(_ command: String, environment: [String: String] = [:]) async throws -> String {
         guard FileManager.default.isExecutableFile(atPath: script) else { throw TestFailure("\(script) is missing") }
+        // Output goes to files, not pipes: a server started by the script could keep a pipe open.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("postgres-dev-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let outURL = directory.appendingPathComponent("stdout"), errURL = directory.appendingPathComponent("stderr")
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: script)
         process.arguments = [command]
-        let output = Pipe(), errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: outURL)
+        process.standardError = try FileHandle(forWritingTo: errURL)
         let status: Int32 = try await withCheckedThrowingContinuation { continuation in
             process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
             do { try process.run() } catch { continuation.resume(throwing: error) }
         }
-        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let out = (try? String(contentsOf: outURL, encoding: .utf8)) ?? ""
+        let err = (try? String(contentsOf: errURL, encoding: .utf8)) ?? ""
         guard status == 0 else { throw TestFailure("scripts/postgres-dev \(command) exited \(status): \(err)") }
         return out
     }

@@ -93,10 +93,36 @@ final class PQConnection: @unchecked Sendable {
     /// The server process id serving this connection.
     var backendPID: Int32 { conn.map { PQbackendPID($0) } ?? 0 }
 
-    /// Runs one statement with the extended query protocol (`PQexecParams`), parameters sent apart
-    /// from the SQL text, results in text format. Blocking.
-    func execute(_ sql: String, _ parameters: [PostgresValue?]) -> Result<PostgresRows, PostgresError> {
+    /// Prepared statements of this session by SQL text and parameter types, named `push_1`, `push_2`…
+    private var preparedStatements: [PreparedKey: String] = [:]
+    private struct PreparedKey: Hashable {
+        let sql: String
+        let types: [UInt32]
+    }
+    /// The most statements one session keeps prepared; later ones run unprepared.
+    static let maximumPreparedStatements = 256
+
+    /// Runs one statement with the extended query protocol, parameters sent apart from the SQL text,
+    /// results in text format: `PQexecParams`, or with `prepared`, `PQprepare` once per session and
+    /// SQL text, then `PQexecPrepared`. Blocking.
+    func execute(_ sql: String, _ parameters: [PostgresValue?], prepared: Bool = false) -> Result<PostgresRows, PostgresError> {
         guard let conn else { return .failure(Self.closedError) }
+        var statementName: String?
+        if prepared {
+            let types = parameters.map { $0?.typeOID ?? 0 }
+            let key = PreparedKey(sql: sql, types: types)
+            if let name = preparedStatements[key] {
+                statementName = name
+            } else if preparedStatements.count < Self.maximumPreparedStatements {
+                let name = "push_\(preparedStatements.count + 1)"
+                switch collect(PQprepare(conn, name, sql, Int32(types.count), types), conn: conn) {
+                case .failure(let error): return .failure(error)
+                case .success: break
+                }
+                preparedStatements[key] = name
+                statementName = name
+            }
+        }
         let count = parameters.count
         var types = [UInt32](repeating: 0, count: count)
         var lengths = [Int32](repeating: 0, count: count)
@@ -120,9 +146,19 @@ final class PQConnection: @unchecked Sendable {
                 guard let offset, let base else { return nil }
                 return base + offset
             }
+            if let statementName {
+                return PQexecPrepared(conn, statementName, Int32(count), pointers, lengths, formats, 0)
+            }
             return PQexecParams(conn, sql, Int32(count), types, pointers, lengths, formats, 0)
         }
-        return collect(result, conn: conn)
+        let rows = collect(result, conn: conn)
+        if case .failure(let error) = rows, let statementName,
+           error.code == .featureNotSupported || error.sqlState == "26000" {
+            // "cached plan must not change result type" after a schema change, or the session's
+            // statements were dropped (`DISCARD ALL`, `DEALLOCATE`): prepare again next time.
+            preparedStatements = preparedStatements.filter { $0.value != statementName }
+        }
+        return rows
     }
 
     /// Runs a script of one or more statements with the simple query protocol (`PQexec`), no
