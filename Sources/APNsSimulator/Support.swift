@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 import HTTP2
 
@@ -81,7 +82,7 @@ struct CertificateIdentity: Sendable {
 
     init(_ certificate: HTTP2PeerCertificate) {
         subject = certificate.subject
-        let listed = Self.appleTopics(inCertificate: certificate.der)
+        let listed = APNsCertificateCredentials.topics(inCertificateDER: certificate.der)
         if !listed.isEmpty {
             topics = listed
         } else if let uid = certificate.subjectComponent("UID") ?? certificate.subjectComponent("userId") {
@@ -94,47 +95,6 @@ struct CertificateIdentity: Sendable {
     /// The one topic a request may omit `apns-topic` for: the certificate's only topic (a
     /// certificate listing several topics needs the header, apns-reference.md §2).
     var defaultTopic: String? { topics.count == 1 ? topics[0] : nil }
-
-    /// The DER encoding of OID 1.2.840.113635.100.6.3.6 (tag, length, content).
-    private static let extensionOID: [UInt8] = [0x06, 0x0A, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x63, 0x64, 0x06, 0x03, 0x06]
-
-    /// Finds the extension in the certificate's DER and returns the UTF8Strings directly inside its
-    /// value's SEQUENCE (the topics; the nested SEQUENCEs list push kinds). `[]` when absent or malformed.
-    static func appleTopics(inCertificate der: [UInt8]) -> [String] {
-        let oid = extensionOID
-        guard der.count > oid.count, let start = (0...(der.count - oid.count)).first(where: { at in
-            der[at] == oid[0] && der[at..<(at + oid.count)].elementsEqual(oid)
-        }) else { return [] }
-        var offset = start + oid.count
-        // Optional `critical BOOLEAN`, then the OCTET STRING holding the extension's DER value.
-        if let item = element(der, at: offset), item.tag == 0x01 { offset = item.end }
-        guard let octets = element(der, at: offset), octets.tag == 0x04,
-              let sequence = element(der, at: octets.contentStart), sequence.tag == 0x30, sequence.end <= octets.end
-        else { return [] }
-        var topics: [String] = []
-        var cursor = sequence.contentStart
-        while cursor < sequence.end, let item = element(der, at: cursor), item.end <= sequence.end {
-            if item.tag == 0x0C { topics.append(String(decoding: der[item.contentStart..<item.end], as: UTF8.self)) }
-            cursor = item.end
-        }
-        return topics
-    }
-
-    private static func element(_ der: [UInt8], at offset: Int) -> (tag: UInt8, contentStart: Int, end: Int)? {
-        guard offset + 2 <= der.count else { return nil }
-        let tag = der[offset]
-        var length = Int(der[offset + 1])
-        var start = offset + 2
-        if length & 0x80 != 0 {
-            let count = length & 0x7F
-            guard count >= 1, count <= 4, start + count <= der.count else { return nil }
-            length = 0
-            for byte in der[start..<(start + count)] { length = length << 8 | Int(byte) }
-            start += count
-        }
-        guard start + length <= der.count else { return nil }
-        return (tag, start, start + length)
-    }
 }
 
 /// Decodes base64url without padding (a JWT part); nil when malformed.

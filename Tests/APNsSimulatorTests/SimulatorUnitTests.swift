@@ -108,9 +108,9 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
                                               "-out", credentials.path("client-multi.der")])
         try #require(status == 0, "\(output)")
         let der = try [UInt8](Data(contentsOf: URL(fileURLWithPath: credentials.path("client-multi.der"))))
-        #expect(CertificateIdentity.appleTopics(inCertificate: der) == ["com.example.app", "com.example.app.voip"])
-        #expect(CertificateIdentity.appleTopics(inCertificate: Array(der.prefix(200))) == [])
-        #expect(CertificateIdentity.appleTopics(inCertificate: []) == [])
+        #expect(APNsCertificateCredentials.topics(inCertificateDER: der) == ["com.example.app", "com.example.app.voip"])
+        #expect(APNsCertificateCredentials.topics(inCertificateDER: Array(der.prefix(200))) == [])
+        #expect(APNsCertificateCredentials.topics(inCertificateDER: []) == [])
     }
 
     @Test func trustedKeyListParsesEnvironmentSuffix() async throws {

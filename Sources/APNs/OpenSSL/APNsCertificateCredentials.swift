@@ -168,6 +168,22 @@ public final class APNsCertificateCredentials: Sendable {
         return String(decoding: UnsafeBufferPointer(start: out, count: Int(length)), as: UTF8.self)
     }
 
+    /// The topics a DER-encoded certificate lists in Apple's extension 1.2.840.113635.100.6.3.6
+    /// (apns-reference.md §5); `[]` when the certificate has none or cannot be parsed. The APNs
+    /// simulator uses it on the certificates clients present.
+    public static func topics(inCertificateDER der: [UInt8]) -> [String] {
+        der.withUnsafeBufferPointer { buffer -> [String] in
+            guard let base = buffer.baseAddress else { return [] }
+            var cursor: UnsafePointer<UInt8>? = base
+            guard let certificate = d2i_X509(nil, &cursor, buffer.count) else {
+                ERR_clear_error()
+                return []
+            }
+            defer { X509_free(certificate) }
+            return appleTopics(certificate)
+        }
+    }
+
     /// Topics from extension 1.2.840.113635.100.6.3.6: a DER SEQUENCE alternating UTF8String topics
     /// and SEQUENCEs of their push kinds; the top-level UTF8Strings are the topics.
     private static func appleTopics(_ certificate: OpaquePointer) -> [String] {
