@@ -119,6 +119,16 @@ class TopicReader:
                 return records
         raise TimeoutError(f"gave up after {timeout}s with {len(records)} records")
 
+    def drain(self, seconds: float) -> list:
+        """Whatever arrives within `seconds`."""
+        records: list = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            msg = self.consumer.poll(0.1)
+            if msg is not None and not msg.error():
+                records.append(msg)
+        return records
+
     def close(self) -> None:
         self.consumer.close()
 

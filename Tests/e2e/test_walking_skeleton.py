@@ -176,3 +176,78 @@ def test_json_over_http2_registers_and_names_the_bad_field():
         assert bad.json()["message"].startswith("device.device_token:")
     wait_for(lambda: stack.psql(f"SELECT environment FROM device_tokens WHERE device_token = '{token}'") == [["production"]],
              what="the JSON-registered token row")
+
+
+def test_json_send_request_to_an_explicit_token_is_delivered_byte_for_byte():
+    token = stack.random_token()
+    bundle = "com.example.json"
+    request_id = f"json-{uuid.uuid4()}"
+    payload = '{"aps":{"alert":"caf\\u00e9 \\/ 1.50e+2"},"n":1.50e+2}'
+    body = json.dumps({"requestId": request_id, "deviceTokens": {"deviceTokens": [token]},
+                       "notification": {"bundleId": bundle, "environment": "SANDBOX", "pushType": "PUSH_TYPE_ALERT",
+                                        "priority": 5, "collapseId": "score", "expiration": "0", "payload": payload}})
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        stack.produce(stack.SEND_REQUESTS, request_id.encode(), body.encode(), "application/json")
+        events = stack.decode_feedback(reader.read_until(
+            lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
+                           for e in stack.decode_feedback(rs)), timeout=60))
+    finally:
+        reader.close()
+    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
+              and e.delivery_report.request_id == request_id][0]
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
+    assert report.environment == stack.pb("common_pb2").Environment.Value("SANDBOX")
+    received = [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+    assert len(received) == 1
+    headers = {k: v for k, v in received[0]["headers"]}
+    assert received[0]["environment"] == "sandbox"
+    assert received[0]["body"] == payload  # never re-serialized
+    assert (headers["apns-priority"], headers["apns-collapse-id"], headers["apns-expiration"]) == ("5", "score", "0")
+
+
+def send_to_unregistered_token(invalidated_at_ms):
+    """Registers a token, makes the simulator answer 410 Unregistered for it with Apple's timestamp
+    `invalidated_at_ms`, sends it a push and returns (token, report, token_invalidated events)."""
+    user = f"user-{uuid.uuid4()}"
+    bundle = "com.example.e2e"
+    token = stack.random_token()
+    stack.register_token(token, bundle, "PRODUCTION", user_id=user, installation_id=f"inst-{user}")
+    wait_for(lambda: stack.psql(f"SELECT 1 FROM device_tokens WHERE device_token = '{token}'"), what="token row")
+    stack.simulator_admin("/admin/tokens/unregistered", "POST", {"token": token, "timestamp_ms": invalidated_at_ms})
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        request_id = f"req-{uuid.uuid4()}"
+        stack.send_request(make_send_request(request_id, [user], bundle, {"aps": {"alert": "are you there?"}}))
+        # The report and a TokenInvalidated are keyed by token, the completion by request id: wait
+        # for the completion and the report, then drain briefly for an invalidation.
+        events = stack.decode_feedback(reader.read_until(
+            lambda rs: {"request_completed", "delivery_report"} <= {
+                e.WhichOneof("event") for e in stack.decode_feedback(rs)
+                if request_id in (e.request_completed.request_id, e.delivery_report.request_id)}, timeout=60))
+        events += stack.decode_feedback(reader.drain(seconds=1.0))
+    finally:
+        reader.close()
+    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
+              and e.delivery_report.request_id == request_id][0]
+    invalidations = [e.token_invalidated for e in events if e.WhichOneof("event") == "token_invalidated"
+                     and e.token_invalidated.device_token == token]
+    return token, user, report, invalidations
+
+
+def test_unregistered_token_is_deactivated_and_announced():
+    invalidated_at = int(time.time() * 1000) + 5_000  # Apple's word is newer than the registration
+    token, user, report, invalidations = send_to_unregistered_token(invalidated_at)
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("REJECTED")
+    assert (report.http_status, report.apns_reason) == (410, "Unregistered")
+    assert [(i.apns_timestamp_ms, i.user_id, i.apns_reason) for i in invalidations] == [(invalidated_at, user, "Unregistered")]
+    assert stack.psql(f"SELECT status, apns_invalidated_at_ms FROM device_tokens WHERE device_token = '{token}'") \
+        == [["inactive", str(invalidated_at)]]
+
+
+def test_a_registration_newer_than_apples_410_timestamp_keeps_the_token():
+    invalidated_at = int(time.time() * 1000) - 60_000  # the app registered again after this
+    token, _, report, invalidations = send_to_unregistered_token(invalidated_at)
+    assert (report.http_status, report.apns_reason) == (410, "Unregistered")
+    assert invalidations == []
+    assert stack.psql(f"SELECT status FROM device_tokens WHERE device_token = '{token}'") == [["active"]]
