@@ -11,8 +11,10 @@ let logger = Logger(label: "registration-service")
 do {
     let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
-    let producer = try KafkaProducer(
-        configuration: .init(bootstrapServers: bootstrap), logger: logger.with(["component": "kafka.producer"]))
+    var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: bootstrap)
+    // A caller waits for Kafka's acknowledgement: fail with UNAVAILABLE rather than hang for minutes.
+    producerConfiguration.messageTimeout = try env.milliseconds("PUSH_KAFKA_MESSAGE_TIMEOUT_MS", default: .seconds(30))
+    let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger.with(["component": "kafka.producer"]))
     let service = TokenRegistryService(
         producer: producer, topic: env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1"), logger: logger)
     var http2 = HTTP2Server.Configuration(
