@@ -123,4 +123,29 @@ struct TokenRegistryServiceTests {
         #expect(events[1].reason == "user_signed_out")
         await producer.shutdown()
     }
+
+    @Test func answersUnavailableWhenKafkaDoesNotAcknowledge() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        let topic = "token-events-\(UUID().uuidString.prefix(8))"
+        try cluster.createTopic(topic, partitions: 1)
+        var configuration = KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers])
+        configuration.messageTimeout = .seconds(2)
+        let producer = try KafkaProducer(configuration: configuration)
+        let service = TokenRegistryService(producer: producer, topic: topic)
+        try cluster.setBrokerDown(1)
+        var device = Device()
+        device.deviceToken = String(repeating: "d4", count: 32)
+        device.bundleID = "com.example.app"
+        device.environment = .sandbox
+        let started = ContinuousClock.now
+        do {
+            _ = try await service.register(RegisterTokenRequest(device: device))
+            Issue.record("registered although no broker was up")
+        } catch {
+            #expect(error.code == .unavailable)
+        }
+        #expect(ContinuousClock.now - started < .seconds(20))
+        try cluster.setBrokerUp(1)
+        await producer.shutdown()
+    }
 }
