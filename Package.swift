@@ -52,12 +52,16 @@ let package = Package(
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "ServiceCore"]),
+        .target(name: "PostgresTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PostgresTestSupport"),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PostgresTestSupport", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(
+            name: "DispatcherCoreTests",
+            dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PostgresTestSupport", "PushMessages", "ServiceCore"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),

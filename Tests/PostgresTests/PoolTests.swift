@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import Synchronization
+import PostgresTestSupport
 import Testing
 
 @Suite(.testDatabase, .timeLimit(.minutes(1)))

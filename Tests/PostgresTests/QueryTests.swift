@@ -2,6 +2,7 @@ import Foundation
 import Postgres
 import ServiceCore
 import Synchronization
+import PostgresTestSupport
 import Testing
 
 @Suite(.testDatabase, .timeLimit(.minutes(1)))

@@ -4,11 +4,13 @@ import ServiceCore
 import Synchronization
 import Testing
 
+/// Shared by the test targets that need a real PostgreSQL (PostgresTests, DispatcherCoreTests).
+///
 /// Finds the PostgreSQL server the tests use, starting the dev server when needed:
 /// `PUSH_PG_URL` when set; else the dev server's URL (`scripts/postgres-dev url`), after running
 /// `scripts/postgres-dev start` when nothing answers there.
-enum TestServer {
-    static let adminURL = Task<String, any Error> {
+public enum TestServer {
+    public static let adminURL = Task<String, any Error> {
         ProcessSignals.ignoreSIGPIPE()
         if let url = ProcessInfo.processInfo.environment["PUSH_PG_URL"], !url.isEmpty {
             do {
@@ -28,12 +30,12 @@ enum TestServer {
         return url
     }
 
-    static let script = URL(fileURLWithPath: #filePath)
+    public static let script = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("scripts/postgres-dev").path
 
     /// Runs `scripts/postgres-dev <command>` and returns its standard output.
-    static func runScript(_ command: String, environment: [String: String] = [:]) async throws -> String {
+    public static func runScript(_ command: String, environment: [String: String] = [:]) async throws -> String {
         guard FileManager.default.isExecutableFile(atPath: script) else { throw TestFailure("\(script) is missing") }
         // Output goes to files, not pipes: a server started by the script could keep a pipe open.
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("postgres-dev-\(UUID().uuidString)")
@@ -60,7 +62,7 @@ enum TestServer {
     }
 
     /// `url` with its database replaced by `database` (URL or keyword form).
-    static func url(_ url: String, database: String) -> String {
+    public static func url(_ url: String, database: String) -> String {
         if url.hasPrefix("postgres://") || url.hasPrefix("postgresql://"), var components = URLComponents(string: url) {
             components.path = "/" + database
             return components.string ?? url
@@ -69,17 +71,17 @@ enum TestServer {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// The fresh database of the running suite (see `.testDatabase`).
-enum TestDatabase {
-    @TaskLocal static var current: String?
+public enum TestDatabase {
+    @TaskLocal public static var current: String?
 
     /// The URL of the suite's database.
-    static var url: String {
+    public static var url: String {
         get throws {
             guard let current else { throw TestFailure("the suite lacks the .testDatabase trait") }
             return current
@@ -88,7 +90,7 @@ enum TestDatabase {
 
     /// The URL of the suite's database with `application_name` set, to find its sessions in
     /// `pg_stat_activity`.
-    static func url(applicationName: String) throws -> String {
+    public static func url(applicationName: String) throws -> String {
         let base = try url
         if base.hasPrefix("postgres://") || base.hasPrefix("postgresql://") {
             return base + (base.contains("?") ? "&" : "?") + "application_name=\(applicationName)"
@@ -96,12 +98,12 @@ enum TestDatabase {
         return base + " application_name=\(applicationName)"
     }
 
-    static func connect(onNotice: (@Sendable (PostgresNotice) -> Void)? = nil) async throws -> PostgresConnection {
+    public static func connect(onNotice: (@Sendable (PostgresNotice) -> Void)? = nil) async throws -> PostgresConnection {
         try await PostgresConnection.connect(try url, logger: Logger(label: "postgres.test"), onNotice: onNotice)
     }
 
     /// Runs `body` on a fresh connection and closes it afterwards.
-    static func withConnection<T>(
+    public static func withConnection<T>(
         isolation: isolated (any Actor)? = #isolation, _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
         let connection = try await connect()
@@ -118,10 +120,10 @@ enum TestDatabase {
 
 /// Creates `test_<random>` on the server for the whole suite and drops it afterwards, so suites
 /// run in parallel without seeing each other's tables.
-struct TestDatabaseTrait: SuiteTrait, TestScoping {
-    var isRecursive: Bool { false }
+public struct TestDatabaseTrait: SuiteTrait, TestScoping {
+    public var isRecursive: Bool { false }
 
-    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let adminURL = try await TestServer.adminURL.value
         // The name is made of hex digits only: DDL cannot take it as a parameter.
         let name = "test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(16)
@@ -141,14 +143,14 @@ struct TestDatabaseTrait: SuiteTrait, TestScoping {
 
 extension Trait where Self == TestDatabaseTrait {
     /// A fresh database for the suite, on the server `TestServer` finds or starts.
-    static var testDatabase: TestDatabaseTrait { TestDatabaseTrait() }
+    public static var testDatabase: TestDatabaseTrait { TestDatabaseTrait() }
 }
 
 /// A value shared by concurrent test tasks.
-final class Shared<Value: Sendable>: Sendable {
+public final class Shared<Value: Sendable>: Sendable {
     private let mutex: Mutex<Value>
-    init(_ value: Value) { mutex = Mutex(value) }
-    var value: Value { mutex.withLock { $0 } }
+    public init(_ value: Value) { mutex = Mutex(value) }
+    public var value: Value { mutex.withLock { $0 } }
     @discardableResult
-    func update<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
+    public func update<T: Sendable>(_ body: @Sendable (inout Value) -> T) -> T { mutex.withLock { body(&$0) } }
 }
