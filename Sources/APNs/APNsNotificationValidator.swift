@@ -37,7 +37,7 @@ public struct APNsNotificationValidator: Sendable {
         let size = request.payload.count
         guard size > 0 else { throw .rejected(.payloadEmpty, "the payload is empty") }
         guard size <= type.maximumPayloadBytes else {
-            throw .rejected(.payloadTooLarge, "the payload is \(size) bytes; a \(type) push allows at most \(type.maximumPayloadBytes) bytes (UTF-8 bytes of the body, not characters)")
+            throw .rejected(.payloadTooLarge, "the payload is \(size) bytes; the \(type) push type allows at most \(type.maximumPayloadBytes) bytes (UTF-8 bytes of the body, not characters)")
         }
         guard !request.topic.isEmpty else { throw .rejected(.missingTopic, "apns-topic is empty") }
         let priority = request.effectivePriority
@@ -85,11 +85,11 @@ public struct APNsNotificationValidator: Sendable {
         let suffix = type.topicSuffix
         if !suffix.isEmpty {
             guard topic.hasSuffix(suffix), topic.utf8.count > suffix.utf8.count else {
-                throw APNsError(code: .topicDoesNotMatchPushType, message: "a \(type) push needs a topic ending in \"\(suffix)\", got \"\(topic)\"")
+                throw APNsError(code: .topicDoesNotMatchPushType, message: "the \(type) push type needs a topic ending in \"\(suffix)\", got \"\(topic)\"")
             }
         } else if type != .mdm,
                   let other = APNsPushType.allCases.first(where: { !$0.topicSuffix.isEmpty && topic.hasSuffix($0.topicSuffix) }) {
-            throw APNsError(code: .topicDoesNotMatchPushType, message: "a \(type) push goes to the bare bundle ID, but topic \"\(topic)\" ends in the \(other) suffix \"\(other.topicSuffix)\"")
+            throw APNsError(code: .topicDoesNotMatchPushType, message: "the \(type) push type goes to the bare bundle ID, but topic \"\(topic)\" ends in the \(other) suffix \"\(other.topicSuffix)\"")
         }
     }
 

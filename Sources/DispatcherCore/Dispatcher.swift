@@ -105,11 +105,9 @@ public final class Dispatcher: Sendable {
         if message.topic == configuration.topics.tokenEvents {
             let event: TokenEvent
             do {
-                event = try TokenEvent(protobufBytes: message.value)
-                guard let device = event.device, !device.deviceToken.isEmpty else {
-                    throw SendRequestDecoder.Rejection("device.device_token: is required")
-                }
+                event = try TokenEventChecker.checked(message, nowMs: clock.nowMilliseconds())
             } catch {
+                logger.warning("token event rejected", ["error": "\(error)", "offset": "\(message.offset)"])
                 try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
                 return
             }

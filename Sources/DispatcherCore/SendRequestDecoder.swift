@@ -17,9 +17,17 @@ public enum SendRequestDecoder {
     /// - Throws: `Rejection` for an undecodable or invalid request.
     public static func decode(_ message: KafkaMessage) throws(Rejection) -> SendRequest {
         let contentType = message.header("content-type").map { String(decoding: $0, as: UTF8.self) } ?? ""
+        let lowered = contentType.lowercased()
+        let isJSON = lowered.hasPrefix("application/json")
+        guard contentType.isEmpty || isJSON || lowered.hasPrefix("application/x-protobuf") else {
+            throw Rejection("content-type: \"\(contentType)\" is neither application/json nor \(SendRequest.protobufContentType)")
+        }
+        if lowered.contains("message="), !contentType.contains("message=\(SendRequest.protoMessageName)") {
+            throw Rejection("content-type: \"\(contentType)\" names another message than \(SendRequest.protoMessageName)")
+        }
         var request: SendRequest
         do {
-            if contentType.lowercased().hasPrefix("application/json") {
+            if isJSON {
                 request = try SendRequest(jsonUTF8: message.value)
             } else {
                 request = try SendRequest(protobufBytes: message.value)
@@ -35,19 +43,29 @@ public enum SendRequestDecoder {
     /// - Throws: `Rejection` naming the first bad field.
     public static func check(_ request: SendRequest) throws(Rejection) {
         guard !request.requestID.isEmpty else { throw Rejection("request_id: is required") }
+        try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(request.requestID, field: "request_id") }
         guard let target = request.target else { throw Rejection("target: one of device_tokens, user_ids or audience is required") }
         switch target {
         case .deviceTokens(let tokens):
             guard !tokens.deviceTokens.isEmpty else { throw Rejection("device_tokens.device_tokens: is empty") }
         case .userIDs(let users):
             guard !users.userIDs.isEmpty else { throw Rejection("user_ids.user_ids: is empty") }
+            for (index, user) in users.userIDs.enumerated() {
+                try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(user, field: "user_ids.user_ids[\(index)]") }
+            }
         case .audience:
             throw Rejection("audience: app-audience campaigns are not supported by this dispatcher version")
         }
         guard let notification = request.notification else { throw Rejection("notification: is required") }
-        guard !notification.bundleID.isEmpty else { throw Rejection("notification.bundle_id: is required") }
+        try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkBundleID(notification.bundleID, field: "notification.bundle_id") }
         guard notification.pushType.apnsPushType != nil else {
-            throw Rejection("notification.push_type: unknown push type \(notification.pushType)")
+            throw Rejection("notification.push_type: unknown push type number \(notification.pushType.rawValue)")
+        }
+        if let expiration = notification.expiration, expiration > 100_000_000_000 {
+            throw Rejection("notification.expiration: \(expiration) looks like milliseconds; expected seconds since the epoch (or 0)")
+        }
+        if notification.collapseID.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            throw Rejection("notification.collapse_id: contains a control character")
         }
         if case .unrecognized = notification.environment {
             throw Rejection("notification.environment: unknown environment")
@@ -59,6 +77,15 @@ public enum SendRequestDecoder {
         } catch {
             throw Rejection("\(NotificationTemplate.field(for: error)): \(error.message)")
         }
+    }
+}
+
+/// Runs a `DeviceValidator` check, turning its error into a `Rejection`.
+private func rejecting(_ check: () throws(InvalidFieldError) -> Void) throws(SendRequestDecoder.Rejection) {
+    do {
+        try check()
+    } catch {
+        throw SendRequestDecoder.Rejection(error.description)
     }
 }
 

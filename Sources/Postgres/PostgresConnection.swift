@@ -90,7 +90,20 @@ public final class PostgresConnection: Sendable {
     ///   `close()`, `.queryCanceled` when the task was cancelled during the statement;
     ///   `CancellationError` when it was cancelled before the statement started.
     public func query(_ sql: String, _ parameters: [PostgresValue?] = [], prepared: Bool = false) async throws -> PostgresRows {
-        try await perform(cancellable: true) { $0.execute(sql, parameters, prepared: prepared) }
+        try Self.checkTextParameters(parameters)
+        return try await perform(cancellable: true) { $0.execute(sql, parameters, prepared: prepared) }
+    }
+
+    /// libpq passes text parameters as C strings, so a NUL byte would silently cut the value short
+    /// (`"alice\0evil"` would be stored as `"alice"`); PostgreSQL's text cannot hold NUL at all.
+    /// - Throws: `PostgresError` with SQLSTATE 22021 (character not in repertoire), naming the parameter.
+    static func checkTextParameters(_ parameters: [PostgresValue?]) throws {
+        for (index, parameter) in parameters.enumerated() {
+            guard let parameter, !parameter.isBinary, parameter.bytes.contains(0) else { continue }
+            throw PostgresError(
+                code: .init(sqlState: "22021"),
+                message: "parameter $\(index + 1) contains a NUL byte, which PostgreSQL text cannot store")
+        }
     }
 
     /// Runs one command (`INSERT`, `UPDATE`, `DELETE`, DDL…) and returns the number of rows it
@@ -104,7 +117,8 @@ public final class PostgresConnection: Sendable {
     /// `query` that is not cancelled with its task: for clean-up statements that must run
     /// (`ROLLBACK`, releasing an advisory lock).
     func queryUncancellable(_ sql: String, _ parameters: [PostgresValue?] = []) async throws -> PostgresRows {
-        try await perform(cancellable: false) { $0.execute(sql, parameters) }
+        try Self.checkTextParameters(parameters)
+        return try await perform(cancellable: false) { $0.execute(sql, parameters) }
     }
 
     /// Runs a script of one or more `;`-separated statements with the simple query protocol

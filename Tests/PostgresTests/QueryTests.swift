@@ -42,6 +42,23 @@ struct QueryTests {
         }
     }
 
+    /// A NUL byte in a text parameter is refused, never cut short (libpq reads text as C strings).
+    @Test func textWithANulByteIsRefusedNotTruncated() async throws {
+        try await TestDatabase.withConnection { connection in
+            try await connection.execute("CREATE TABLE nul_check (s text)")
+            do {
+                try await connection.execute("INSERT INTO nul_check (s) VALUES ($1)", [.string("alice\0evil")])
+                Issue.record("a text value with NUL was accepted")
+            } catch let error as PostgresError {
+                #expect(error.sqlState == "22021")
+                #expect(error.message.contains("$1"))
+            }
+            #expect(try await connection.query("SELECT s FROM nul_check").isEmpty)
+            // The connection is still usable, and bytea keeps NUL bytes.
+            #expect(try await connection.query("SELECT $1::bytea AS b", [.bytes([0x61, 0, 0x62])]).first?.bytes("b") == [0x61, 0, 0x62])
+        }
+    }
+
     @Test func byteaRoundTripsEveryByte() async throws {
         try await TestDatabase.withConnection { connection in
             try await connection.execute("CREATE TABLE blobs (id int PRIMARY KEY, b bytea)")

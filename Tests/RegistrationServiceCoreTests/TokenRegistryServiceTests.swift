@@ -48,6 +48,10 @@ import Testing
         expectInvalid(request { $0.kind = .unrecognized(99) }, field: "device.kind")
         expectInvalid(request { $0.userID = String(repeating: "u", count: 300) }, field: "device.user_id")
         expectInvalid(request { $0.attributes = ["locale": String(repeating: "x", count: 300)] }, field: "device.attributes[locale]")
+        // A NUL would be cut short by PostgreSQL: "alice\0evil" must not pass for "alice".
+        expectInvalid(request { $0.userID = "alice\u{0}evil" }, field: "device.user_id")
+        expectInvalid(request { $0.installationID = "phone\u{0}" }, field: "device.installation_id")
+        expectInvalid(request { $0.attributes = ["locale": "de\u{0}"] }, field: "device.attributes[locale]")
     }
 
     @Test func longestTokensAreAccepted() throws {
