@@ -33,6 +33,9 @@ public final class HTTP2Server: Sendable {
         public var eventLoopCount: Int = ProcessInfo.processInfo.activeProcessorCount
         /// listen(2) backlog. Default 1024.
         public var backlog: Int32 = 1024
+        /// Largest request body accepted, in bytes; a larger one is answered 413 as soon as it
+        /// passes the limit, and what arrived is dropped. Default 16 MiB.
+        public var maxRequestBodyBytes: Int = 16 << 20
 
         /// Creates a configuration.
         public init(host: String = "127.0.0.1", port: Int = 0, tls: HTTP2ServerTLS? = nil, settings: HTTP2Settings = HTTP2Settings()) {
@@ -62,7 +65,8 @@ public final class HTTP2Server: Sendable {
     public static func start(configuration: Configuration, handler: @escaping Handler) throws(HTTP2Error) -> HTTP2Server {
         ProcessSignals.ignoreSIGPIPE()
         let tls = try configuration.tls.map { options throws(HTTP2Error) in try TLSContext.server(options) }
-        let shared = ServerShared(settings: configuration.settings, handler: handler, tls: tls)
+        let shared = ServerShared(
+            settings: configuration.settings, handler: handler, tls: tls, maxRequestBodyBytes: configuration.maxRequestBodyBytes)
         let (fd, port) = try SocketOps.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
         let group: EventLoopGroup
         do {

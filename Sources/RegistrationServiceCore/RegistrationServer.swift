@@ -12,6 +12,9 @@ import ServiceCore
 public final class RegistrationServer: Sendable {
     /// The gRPC service name.
     public static let serviceName = "push.v1.TokenRegistry"
+    /// Largest request accepted, gRPC message or JSON body, in bytes: larger gRPC messages get
+    /// `RESOURCE_EXHAUSTED`, larger JSON bodies 413. 64 KiB is far above any valid registration.
+    public static let maximumMessageBytes = 64 << 10
 
     private let server: GRPCServer
 
@@ -44,6 +47,11 @@ public final class RegistrationServer: Sendable {
                 responder.respond(await handleJSON(request, service: service, logger: logger))
             }
         }
+        // Registrations are small: refuse big bodies while they arrive, not after buffering them.
+        var configuration = configuration
+        configuration.maxReceiveMessageSize = min(configuration.maxReceiveMessageSize, maximumMessageBytes)
+        // Bodies up to 1 MiB are read so that gRPC callers get RESOURCE_EXHAUSTED; beyond, HTTP 413.
+        configuration.http2.maxRequestBodyBytes = min(configuration.http2.maxRequestBodyBytes, 1 << 20)
         return RegistrationServer(server: try GRPCServer.start(configuration: configuration, router: router))
     }
 
@@ -78,7 +86,10 @@ public final class RegistrationServer: Sendable {
         guard request.method == "POST" else { return reply(405, "UNIMPLEMENTED", "use POST") }
         let contentType = request.headers.first("content-type") ?? ""
         guard contentType.lowercased().hasPrefix("application/json") else {
-            return reply(415, "INVALID_ARGUMENT", "content-type must be application/grpc or application/json")
+            return reply(415, "UNIMPLEMENTED", "content-type must be application/grpc or application/json")
+        }
+        guard request.body.count <= maximumMessageBytes else {
+            return reply(413, "RESOURCE_EXHAUSTED", "the body is \(request.body.count) bytes; at most \(maximumMessageBytes)")
         }
         do {
             let body: [UInt8]

@@ -47,6 +47,28 @@ struct HTTP2ServerTests {
         #expect(post.stdout == "POST /upload 100000\n\(body)|2")
     }
 
+    /// A body over `maxRequestBodyBytes` is answered 413 while it arrives and never buffered whole
+    /// or handed to the handler; the connection keeps serving.
+    @Test func oversizedBodyIsRefusedWith413() async throws {
+        let seen = Recorder()
+        var configuration = HTTP2Server.Configuration()
+        configuration.maxRequestBodyBytes = 10_000
+        let server = try HTTP2Server.start(configuration: configuration) { request, responder in
+            seen.add(request)
+            responder.respond(status: 200)
+        }
+        defer { server.close() }
+        let bodyFile = certs.directory + "/big-\(UUID().uuidString).bin"
+        try Data(count: 3_000_000).write(to: URL(fileURLWithPath: bodyFile))
+        let big = try await Tools.run("curl", ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge",
+                                               "--data-binary", "@\(bodyFile)", "http://127.0.0.1:\(server.port)/upload"])
+        #expect(big.stdout.hasPrefix("413"), "curl: \(big.stdout) \(big.stderr)")
+        let small = try await Tools.check("curl", ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge",
+                                                   "--data-binary", "exactly-small", "http://127.0.0.1:\(server.port)/upload"])
+        #expect(small.stdout == "200")
+        #expect(seen.all.map(\.body.count) == [13])
+    }
+
     @Test func nghttpSeesTrailersAndDuplicateHeadersArePreserved() async throws {
         let recorder = Recorder()
         let server = try HTTP2Server.start(configuration: .init(tls: tlsOptions())) { request, responder in

@@ -251,3 +251,26 @@ def test_a_registration_newer_than_apples_410_timestamp_keeps_the_token():
     assert (report.http_status, report.apns_reason) == (410, "Unregistered")
     assert invalidations == []
     assert stack.psql(f"SELECT status FROM device_tokens WHERE device_token = '{token}'") == [["active"]]
+
+
+def test_oversized_registrations_are_refused_without_buffering_them():
+    import httpx
+    address = stack.stack_env()["PUSH_GRPC_ADDRESS"]
+    huge = {"device": {"deviceToken": stack.random_token(), "bundleId": "com.example.e2e", "environment": "SANDBOX",
+                       "userId": "x" * 200_000}}
+    with httpx.Client(http1=False, http2=True, timeout=30) as client:
+        reply = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", json=huge)
+        assert reply.status_code == 413
+        wrong_type = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", content=b"x",
+                                 headers={"content-type": "text/plain"})
+        assert wrong_type.status_code == 415
+    common, registry = stack.pb("common_pb2"), stack.pb("token_registry_pb2")
+    with stack.grpc_channel() as channel:
+        call = channel.unary_unary("/push.v1.TokenRegistry/RegisterToken",
+                                   request_serializer=lambda m: m.SerializeToString(),
+                                   response_deserializer=registry.RegisterTokenResponse.FromString)
+        device = common.Device(device_token=stack.random_token(), bundle_id="com.example.e2e",
+                               environment=common.Environment.Value("SANDBOX"), user_id="y" * 100_000)
+        with pytest.raises(grpc.RpcError) as caught:
+            call(registry.RegisterTokenRequest(device=device), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

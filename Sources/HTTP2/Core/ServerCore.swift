@@ -29,11 +29,13 @@ final class ServerShared: Sendable {
     let settings: HTTP2Settings
     let handler: HTTP2Server.Handler
     let tls: TLSContext?
+    let maxRequestBodyBytes: Int
     let connections = Mutex<[UInt64: HTTP2ServerConnection]>([:])
     let nextConnectionID = Atomic<UInt64>(1)
 
-    init(settings: HTTP2Settings, handler: @escaping HTTP2Server.Handler, tls: TLSContext?) {
+    init(settings: HTTP2Settings, handler: @escaping HTTP2Server.Handler, tls: TLSContext?, maxRequestBodyBytes: Int) {
         self.settings = settings
+        self.maxRequestBodyBytes = maxRequestBodyBytes
         self.handler = handler
         self.tls = tls
     }
@@ -152,6 +154,15 @@ final class ServerCore: SessionCore, @unchecked Sendable {
         scheduleFlush()
     }
 
+    /// Answers 413 before the body is complete (RFC 9113 §8.1 lets a server answer early) and drops
+    /// what arrived; the rest of the body is read and discarded, so a client cannot make the server
+    /// buffer an unbounded body, and clients that finish sending still read a clean 413.
+    func refuseTooLarge(_ stream: ServerStream) {
+        stream.dispatched = true
+        stream.body = []
+        respond(stream, HTTP2ServerResponse(status: 413, headers: [HTTP2Header("content-length", "0")]))
+    }
+
     func reset(_ stream: ServerStream, _ code: HTTP2ErrorCode) {
         guard phase == .open, let session, !stream.closed else { return }
         stream.responded = true
@@ -242,7 +253,12 @@ private func serverOnDataChunk(
     _ session: OpaquePointer?, _ flags: UInt8, _ streamID: Int32, _ data: UnsafePointer<UInt8>?, _ length: Int,
     _ userData: UnsafeMutableRawPointer?
 ) -> Int32 {
-    guard let target = stream(session, streamID), let data else { return 0 }
+    guard let target = stream(session, streamID), let data, !target.dispatched else { return 0 }
+    let connection = core(userData)
+    guard target.body.count + length <= connection.shared.maxRequestBodyBytes else {
+        connection.refuseTooLarge(target)
+        return 0
+    }
     target.body.append(contentsOf: UnsafeBufferPointer(start: data, count: length))
     return 0
 }
