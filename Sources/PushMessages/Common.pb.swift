@@ -77,8 +77,11 @@ public enum Environment: ProtobufEnum, CaseIterable {
     public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 }
 
-/// Every APNs push type (the `apns-push-type` header). The topic suffix each needs is in
-/// DESIGN.md and apns-reference.md §2.
+/// Every APNs push type (the `apns-push-type` header). The topic is the bundle id plus a suffix:
+/// voip ".voip", complication ".complication", fileprovider ".pushkit.fileprovider", location
+/// ".location-query", liveactivity ".push-type.liveactivity", pushtotalk ".voip-ptt", widgets
+/// ".push-type.widgets", controls ".push-type.controls"; alert and background none; mdm the
+/// certificate's topic.
 ///
 /// The proto3 enum `push.v1.PushType`; numbers this version does not know are kept as `unrecognized`.
 public enum PushType: ProtobufEnum, CaseIterable {

@@ -411,7 +411,7 @@ public struct AppAudience: ProtobufMessage {
     }
 }
 
-/// One APNs notification (apns-reference.md §2).
+/// One APNs notification, as Apple's provider API takes it ("Sending notification requests to APNs").
 ///
 /// The message `push.v1.Notification`.
 public struct Notification: ProtobufMessage {
