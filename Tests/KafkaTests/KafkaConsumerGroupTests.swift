@@ -109,7 +109,7 @@ struct KafkaConsumerGroupTests {
             drainedAt.withLock { $0 = .now }
         }
         let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
-        try await TestSupport.eventually("second member owns partitions") { !second.assignment.isEmpty }
+        try await TestSupport.eventually("second member owns partitions", timeout: .seconds(45)) { !second.assignment.isEmpty }
         let assignedAt = ContinuousClock.now
         let drained = try #require(drainedAt.withLock { $0 }, "first member never drained")
         #expect(drained <= assignedAt)
