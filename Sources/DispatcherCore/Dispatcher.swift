@@ -120,6 +120,14 @@ public final class Dispatcher: Sendable {
             } catch {
                 logger.warning("send request rejected", ["error": error.description, "offset": "\(message.offset)"])
                 try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+                // Tell the producer too: its request finishes visibly, with the reason.
+                if let key = message.key, !key.isEmpty {
+                    var completed = RequestCompleted()
+                    completed.requestID = String(decoding: key, as: UTF8.self)
+                    completed.error = error.description
+                    completed.completedAtMs = clock.nowMilliseconds()
+                    try await feedback.publish(feedback.event(.requestCompleted(completed)), key: completed.requestID)
+                }
                 return
             }
             try await processor.process(request, consumedAtMs: clock.nowMilliseconds())

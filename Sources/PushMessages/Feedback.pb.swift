@@ -755,6 +755,12 @@ public struct RequestCompleted: ProtobufMessage {
     /// Field 8, `int64 completed_at_ms`.
     public var completedAtMs: Int64 = 0
 
+    /// Set when the request was refused as a whole (undecodable or invalid) and kept on the
+    /// dead-letter topic: what is wrong, naming the field. request_id is then the record's key.
+    ///
+    /// Field 9, `string error`.
+    public var error: String = ""
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -770,7 +776,8 @@ public struct RequestCompleted: ProtobufMessage {
         failed: UInt32 = 0,
         skipped: UInt32 = 0,
         requestedAtMs: Int64 = 0,
-        completedAtMs: Int64 = 0
+        completedAtMs: Int64 = 0,
+        error: String = ""
     ) {
         self.requestID = requestID
         self.total = total
@@ -780,6 +787,7 @@ public struct RequestCompleted: ProtobufMessage {
         self.skipped = skipped
         self.requestedAtMs = requestedAtMs
         self.completedAtMs = completedAtMs
+        self.error = error
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -802,6 +810,8 @@ public struct RequestCompleted: ProtobufMessage {
                 self.requestedAtMs = try reader.read(ProtobufInt64.self)
             case (8, .varint):
                 self.completedAtMs = try reader.read(ProtobufInt64.self)
+            case (9, .lengthDelimited):
+                self.error = try reader.read(ProtobufString.self)
             default:
                 return false
             }
@@ -821,6 +831,7 @@ public struct RequestCompleted: ProtobufMessage {
         case 6: "skipped"
         case 7: "requested_at_ms"
         case 8: "completed_at_ms"
+        case 9: "error"
         default: String(number)
         }
     }
@@ -835,6 +846,7 @@ public struct RequestCompleted: ProtobufMessage {
         if self.skipped != 0 { writer.writeField(ProtobufUInt32.self, self.skipped, number: 6) }
         if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, number: 7) }
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, number: 8) }
+        if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, number: 9) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -868,6 +880,9 @@ public struct RequestCompleted: ProtobufMessage {
                 case "completedAtMs", "completed_at_ms":
                     try seen.see(field: 8)
                     if !member.value.isNull { self.completedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "error":
+                    try seen.see(field: 9)
+                    if !member.value.isNull { self.error = try ProtobufString.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -887,6 +902,7 @@ public struct RequestCompleted: ProtobufMessage {
         if self.skipped != 0 { writer.writeField(ProtobufUInt32.self, self.skipped, jsonName: "skipped", protoName: "skipped") }
         if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, jsonName: "requestedAtMs", protoName: "requested_at_ms") }
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, jsonName: "completedAtMs", protoName: "completed_at_ms") }
+        if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, jsonName: "error", protoName: "error") }
     }
 }
 

@@ -146,8 +146,10 @@ def test_undecodable_send_request_goes_to_dead_letter_and_the_next_is_delivered(
         assert letter.error
 
         def delivered(records):
+            events = stack.decode_feedback(records)
             return any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == good_id
-                       for e in stack.decode_feedback(records))
+                       for e in events) and any(e.WhichOneof("event") == "request_completed"
+                                                and e.request_completed.request_id == bad_id for e in events)
 
         events = stack.decode_feedback(feedback_reader.read_until(delivered, timeout=60))
     finally:
@@ -157,6 +159,9 @@ def test_undecodable_send_request_goes_to_dead_letter_and_the_next_is_delivered(
               if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == good_id][0]
     assert report.device_token == token
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
+    refused = [e.request_completed for e in events if e.WhichOneof("event") == "request_completed"
+               and e.request_completed.request_id == bad_id][0]
+    assert refused.total == 0 and refused.error.startswith("undecodable SendRequest")
 
 
 def test_json_over_http2_registers_and_names_the_bad_field():
