@@ -16,7 +16,9 @@ import Testing
         faults.latency = .init(minimum: .milliseconds(1), maximum: .milliseconds(5))
         faults.maxConcurrentStreams = 100
         try await withSimulator(faults: faults) { harness in
-            let client = try harness.tokenClient(harness.configuration(connections: 2))
+            var configuration = harness.configuration(connections: 2)
+            configuration.requestTimeout = .seconds(10)
+            let client = try harness.tokenClient(configuration)
             defer { Task { await client.shutdown() } }
             let count = 2_000
             let results = await sendAll(client, (0..<count).map { alert($0) })
@@ -36,6 +38,9 @@ import Testing
             let delivered = harness.simulator.receivedRequests().filter { $0.status == 200 }.map(\.path)
             #expect(delivered.count == count)
             #expect(Set(delivered).count == count)
+            // (A timed-out stream may be processed and sent again; none here, with a 10 s timeout.)
+            #expect(client.metrics["timeouts"] == 0)
+            #expect(client.metrics["unprocessed_resends"] > 0, "streams above last-stream-id were sent again")
         }
     }
 

@@ -71,16 +71,12 @@ final class APNsConnectionPool: Sendable {
 
         var waiting: Int { waiters.count }
 
-        /// The connection with the most free streams, or nil.
+        /// The connection with a free stream and the fewest streams in flight (spreading traffic
+        /// over the connections, reference §6), or nil.
         func pick(cap: Int?) -> PooledConnection? {
             var best: PooledConnection?
-            var bestFree = 0
-            for case let candidate? in slots {
-                let free = candidate.capacity(cap: cap) - candidate.inFlight
-                if free > bestFree {
-                    best = candidate
-                    bestFree = free
-                }
+            for case let candidate? in slots where candidate.inFlight < candidate.capacity(cap: cap) {
+                if best == nil || candidate.inFlight < best!.inFlight { best = candidate }
             }
             return best
         }
