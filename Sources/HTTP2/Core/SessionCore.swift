@@ -47,7 +47,11 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
 
     /// Registers with the loop. For servers and after a client's connect.
     func register(writable: Bool) -> Bool {
-        loop.register(fd: transport.fd, handler: self, writable: writable)
+        // Keep `writeInterest` in step with the registration: a client registers for EPOLLOUT to
+        // learn that its connect finished, and `setWriteInterest(false)` must then really turn it
+        // off (otherwise the level-triggered EPOLLOUT wakes the loop without end).
+        writeInterest = writable
+        return loop.register(fd: transport.fd, handler: self, writable: writable)
     }
 
     func beginHandshake() {
