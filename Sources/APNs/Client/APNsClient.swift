@@ -160,6 +160,8 @@ public final class APNsClient: Sendable {
     private let defaultCredentials: APNsCredentials?
     private let pools = Mutex<[PoolKey: APNsConnectionPool]>([:])
     private let tokenHolds = Mutex<[String: TokenHold]>([:])
+    /// Entries in `tokenHolds` (read without the lock on every send).
+    private let tokenHoldCount = Atomic<Int>(0)
     private let logger: Logger
     /// Counters for dashboards and alerts.
     public let metrics = APNsClientMetrics()
@@ -222,15 +224,20 @@ public final class APNsClient: Sendable {
                 continue
             }
             let authorization: APNsJWT?
+            let authorizationValue: String?
             switch try pool.providerToken(for: connection) {
-            case .certificate: authorization = nil
-            case .send(let jwt): authorization = jwt
+            case .certificate:
+                authorization = nil
+                authorizationValue = nil
+            case .send(let jwt, let value):
+                authorization = jwt
+                authorizationValue = value
             case .retireConnection:
                 pool.release(connection, status: nil)
                 pool.retire(connection, because: "its JWT can neither be kept nor changed yet")
                 continue
             }
-            let http2Request = makeRequest(request, pool: pool, jwt: authorization)
+            let http2Request = makeRequest(request, pool: pool, authorization: authorizationValue)
             let raw: HTTP2Response
             do {
                 raw = try await connection.connection.send(http2Request, timeout: configuration.requestTimeout)
@@ -341,13 +348,28 @@ public final class APNsClient: Sendable {
         return request.topic
     }
 
-    private func makeRequest(_ request: APNsRequest, pool: APNsConnectionPool, jwt: APNsJWT?) -> HTTP2Request {
+    /// The HTTP/2 request: the headers of `APNsRequest.headers(providerToken:)` in the same order,
+    /// built without intermediate arrays (this runs once per send).
+    private func makeRequest(_ request: APNsRequest, pool: APNsConnectionPool, authorization: String?) -> HTTP2Request {
         var headers: [HTTP2Header] = []
-        headers.reserveCapacity(8)
-        for (name, value) in request.headers(providerToken: jwt) where !name.hasPrefix(":") {
-            headers.append(HTTP2Header(name, value))
+        headers.reserveCapacity(7)
+        headers.append(HTTP2Header("apns-topic", request.topic))
+        headers.append(HTTP2Header("apns-push-type", request.pushType.rawValue))
+        headers.append(HTTP2Header("apns-priority", Self.priorityText(request.effectivePriority)))
+        if let value = request.expiration.headerValue { headers.append(HTTP2Header("apns-expiration", value)) }
+        if let collapseID = request.collapseID { headers.append(HTTP2Header("apns-collapse-id", collapseID)) }
+        if let apnsID = request.apnsID { headers.append(HTTP2Header("apns-id", apnsID.uuidString)) }
+        if let authorization { headers.append(HTTP2Header("authorization", authorization)) }
+        return HTTP2Request(method: "POST", path: request.path, authority: pool.authority, headers: headers, body: request.payload)
+    }
+
+    private static func priorityText(_ priority: APNsPriority) -> String {
+        switch priority.rawValue {
+        case 10: "10"
+        case 5: "5"
+        case 1: "1"
+        default: priority.description
         }
-        return HTTP2Request(method: "POST", path: request.path, authority: pool.endpoint.authority, headers: headers, body: request.payload)
     }
 
     /// True unless the notification's expiration passes before a retry after `delay`.
@@ -383,6 +405,7 @@ public final class APNsClient: Sendable {
         tokenHolds.withLock { holds in
             let now = ContinuousClock.now
             if holds.count > 10_000 { holds = holds.filter { $0.value.until > now } }
+            defer { tokenHoldCount.store(holds.count, ordering: .relaxed) }
             var hold = holds[token] ?? TokenHold(until: now, strikes: 0)
             hold.strikes += 1
             let base = configuration.retry.tooManyRequestsDelay * (1 << min(hold.strikes - 1, 20))
@@ -394,12 +417,15 @@ public final class APNsClient: Sendable {
     }
 
     private func clearTokenHold(_ token: String) {
-        _ = tokenHolds.withLock { $0.removeValue(forKey: token) }
+        tokenHolds.withLock { holds in
+            holds.removeValue(forKey: token)
+            tokenHoldCount.store(holds.count, ordering: .relaxed)
+        }
     }
 
     /// Waits while `token` is held back after 429 `TooManyRequests`; other tokens never wait here.
     private func waitForTokenHold(_ token: String) async throws {
-        while true {
+        while tokenHoldCount.load(ordering: .relaxed) > 0 {
             let until: ContinuousClock.Instant? = tokenHolds.withLock { holds in
                 guard let hold = holds[token] else { return nil }
                 return hold.until > .now ? hold.until : nil

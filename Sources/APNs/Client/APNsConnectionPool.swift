@@ -24,6 +24,8 @@ final class PooledConnection: @unchecked Sendable {
     /// the token cache's clock).
     var jwt: APNsJWT?
     var jwtInstalledAt: Int64 = 0
+    /// `bearer <jwt>`, built once per JWT.
+    var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
     var pinging = false
 
@@ -117,6 +119,8 @@ final class APNsConnectionPool: Sendable {
 
     let environment: APNsEnvironment
     let endpoint: Configuration.Endpoint
+    /// `:authority` of every request.
+    let authority: String
     let credentials: APNsCredentials
     private let configuration: Configuration
     private let metrics: APNsClientMetrics
@@ -127,6 +131,7 @@ final class APNsConnectionPool: Sendable {
     init(environment: APNsEnvironment, credentials: APNsCredentials, configuration: Configuration, metrics: APNsClientMetrics, logger: Logger) {
         self.environment = environment
         self.endpoint = configuration.endpoint(for: environment)
+        self.authority = endpoint.authority
         self.credentials = credentials
         self.configuration = configuration
         self.metrics = metrics
@@ -246,9 +251,9 @@ final class APNsConnectionPool: Sendable {
             if let current = connection.jwt {
                 let age = current.age(atSeconds: now)
                 let held = now - connection.jwtInstalledAt
-                if age < Self.switchAge && age >= -300 { return .send(current) }
+                if age < Self.switchAge && age >= -300 { return .send(current, authorization: connection.authorization) }
                 guard held >= minimum else {
-                    return age < Self.unusableAge ? .send(current) : .retireConnection
+                    return age < Self.unusableAge ? .send(current, authorization: connection.authorization) : .retireConnection
                 }
             }
             let fresh = try cache.currentToken(maximumAge: Self.maximumInstallAge)
@@ -256,8 +261,9 @@ final class APNsConnectionPool: Sendable {
                 if connection.jwt != nil { metrics.increment("provider_token_changes") }
                 connection.jwt = fresh
                 connection.jwtInstalledAt = now
+                connection.authorization = "bearer " + fresh.token
             }
-            return .send(fresh)
+            return .send(fresh, authorization: connection.authorization)
         }
     }
 
@@ -265,8 +271,8 @@ final class APNsConnectionPool: Sendable {
     enum ProviderTokenChoice {
         /// Certificate authentication: no `authorization` header.
         case certificate
-        /// Send this JWT.
-        case send(APNsJWT)
+        /// Send this JWT; `authorization` is its `bearer <JWT>` header value.
+        case send(APNsJWT, authorization: String)
         /// The connection can neither keep its JWT nor change it yet: replace the connection.
         case retireConnection
     }
