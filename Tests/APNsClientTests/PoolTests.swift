@@ -126,8 +126,10 @@ import Testing
             // 50 streams × 20 ms ≈ 2,500/s; 1 stream × 20 ms ≈ 50/s.
             #expect(during < 80, "at most one stream while the limit is 1: \(during)/s")
             #expect(before > 500 && after > 500, "before \(before)/s, after \(after)/s")
-            // Exceeding the limit would get streams refused (RST_STREAM REFUSED_STREAM).
-            #expect(client.metrics["unprocessed_resends"] == 0)
+            // Exceeding the limit gets streams refused (RST_STREAM REFUSED_STREAM). At most the
+            // requests already written when the SETTINGS arrived can be (an HTTP/2 race, RFC 9113
+            // §5.1.2); they are resent, never failed.
+            #expect(client.metrics["unprocessed_resends"] <= 2)
             #expect(client.metrics["retries"] == 0)
         }
     }
