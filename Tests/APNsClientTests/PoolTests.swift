@@ -176,6 +176,22 @@ import Testing
         }
     }
 
+    @Test func anOptionalPerConnectionRateCapSpacesRequests() async throws {
+        try await withSimulator { harness in
+            var configuration = harness.configuration()
+            configuration.maxRequestsPerSecondPerConnection = 20
+            let client = try harness.tokenClient(configuration)
+            defer { Task { await client.shutdown() } }
+            let clock = ContinuousClock()
+            let start = clock.now
+            let results = await sendAll(client, (0..<30).map { alert($0) })
+            let elapsed = start.duration(to: clock.now)
+            #expect(results.allSatisfy { (try? $0.get().status) == 200 })
+            // One token to start with, then 20 per second: 29 more take about 1.45 s.
+            #expect(elapsed >= .milliseconds(1300) && elapsed < .seconds(4), "\(elapsed)")
+        }
+    }
+
     @Test func connectionsOpenStaggeredEachAfterItsOwnLookupAndIdleOnesArePinged() async throws {
         try await withSimulator { harness in
             var configuration = harness.configuration(connections: 3)

@@ -84,6 +84,26 @@ import Testing
         }
     }
 
+    @Test func retriesNeverGoPastTheNotificationsExpiration() async throws {
+        var faults = APNsSimulatorFaults()
+        faults.statusShares = [500: 1.0]
+        try await withSimulator(faults: faults) { harness in
+            var configuration = harness.configuration()
+            configuration.retry.backoff = .init(initial: .seconds(2), maximum: .seconds(2))  // 1–2 s with jitter
+            let client = try harness.tokenClient(configuration)
+            defer { Task { await client.shutdown() } }
+            let soon = alert(1, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 1))
+            let response = try await client.send(soon, environment: .production)
+            #expect(response.status == 500 && response.attempts == 1, "a retry would land after the expiration")
+            configuration.retry.backoff = .init(initial: .milliseconds(5), maximum: .milliseconds(5))
+            configuration.retry.maxAttempts = 4
+            let patient = try harness.tokenClient(configuration)
+            defer { Task { await patient.shutdown() } }
+            let later = alert(2, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 3600))
+            #expect(try await patient.send(later, environment: .production).attempts == 4)
+        }
+    }
+
     @Test func unknownReasonIsARejectionWithAMetricNeverACrash() async throws {
         let credentials = try await Credentials.shared.value
         ProcessSignals.ignoreSIGPIPE()

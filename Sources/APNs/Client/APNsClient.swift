@@ -127,6 +127,9 @@ public final class APNsClient: Sendable {
         /// Optional cap on streams per connection below the server's SETTINGS_MAX_CONCURRENT_STREAMS
         /// (DESIGN.md "Per-connection rate"). Default nil (the server's value).
         public var maxStreamsPerConnection: Int?
+        /// Optional cap on requests started per second on each connection (token bucket, bursts
+        /// up to one second's worth; DESIGN.md "Per-connection rate"). Default nil (no cap).
+        public var maxRequestsPerSecondPerConnection: Int?
         /// A connection without traffic for this long gets an HTTP/2 PING. Default 60 s.
         public var idlePingInterval: Duration = .seconds(60)
         /// A PING not acknowledged within this replaces the connection. Default 10 s.

@@ -28,6 +28,9 @@ final class PooledConnection: @unchecked Sendable {
     var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
     var pinging = false
+    /// Per-connection rate cap (token bucket): requests that may start now, and when it was filled.
+    var rateTokens: Double = 1
+    var rateFilledAt: ContinuousClock.Instant = .now
 
     init(id: Int, slot: Int, connection: HTTP2Connection, address: String, trusted: Bool) {
         self.id = id
@@ -75,16 +78,26 @@ final class APNsConnectionPool: Sendable {
 
         /// The connection with a free stream and the fewest streams in flight (spreading traffic
         /// over the connections, reference §6), or nil.
-        func pick(cap: Int?) -> PooledConnection? {
+        func pick(cap: Int?, rate: Double?) -> PooledConnection? {
             var best: PooledConnection?
+            let now: ContinuousClock.Instant? = rate == nil ? nil : .now
             for case let candidate? in slots where candidate.inFlight < candidate.capacity(cap: cap) {
+                if let rate, let now {
+                    // Refill the bucket (at most one second's worth) and skip an empty one.
+                    let elapsed = candidate.rateFilledAt.duration(to: now)
+                    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                    candidate.rateTokens = min(max(1, rate), candidate.rateTokens + seconds * rate)
+                    candidate.rateFilledAt = now
+                    if candidate.rateTokens < 1 { continue }
+                }
                 if best == nil || candidate.inFlight < best!.inFlight { best = candidate }
             }
+            if rate != nil { best?.rateTokens -= 1 }
             return best
         }
 
         /// Hands free streams to waiters in FIFO order; returns whom to resume.
-        mutating func dispatch(cap: Int?) -> [(Waiter, PooledConnection)] {
+        mutating func dispatch(cap: Int?, rate: Double?) -> [(Waiter, PooledConnection)] {
             var ready: [(Waiter, PooledConnection)] = []
             while orderHead < order.count {
                 let id = order[orderHead]
@@ -92,7 +105,7 @@ final class APNsConnectionPool: Sendable {
                     orderHead += 1
                     continue
                 }
-                guard let connection = pick(cap: cap) else { break }
+                guard let connection = pick(cap: cap, rate: rate) else { break }
                 connection.inFlight += 1
                 waiters[id] = nil
                 orderHead += 1
@@ -140,6 +153,7 @@ final class APNsConnectionPool: Sendable {
     }
 
     private var streamCap: Int? { configuration.maxStreamsPerConnection }
+    private var rateCap: Double? { configuration.maxRequestsPerSecondPerConnection.map { Double(max(1, $0)) } }
 
     // MARK: Leases
 
@@ -151,10 +165,11 @@ final class APNsConnectionPool: Sendable {
     func acquire() async throws -> PooledConnection {
         startIfNeeded()
         let cap = streamCap
+        let rate = rateCap
         // Fast path: no continuation when a stream is free.
         let immediate: Result<PooledConnection, any Error>? = state.withLock { state in
             if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
-            guard state.waiting == 0, let connection = state.pick(cap: cap) else { return nil }
+            guard state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) else { return nil }
             connection.inFlight += 1
             return .success(connection)
         }
@@ -170,7 +185,7 @@ final class APNsConnectionPool: Sendable {
                 let outcome: Result<PooledConnection, any Error>? = state.withLock { state in
                     if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
                     if Task.isCancelled { return .failure(CancellationError()) }
-                    if state.waiting == 0, let connection = state.pick(cap: cap) {
+                    if state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) {
                         connection.inFlight += 1
                         return .success(connection)
                     }
@@ -181,6 +196,7 @@ final class APNsConnectionPool: Sendable {
                     state.order.append(id)
                     return nil
                 }
+                if rate != nil { scheduleRateWakeUp() }
                 if let outcome {
                     if case .failure(let error as APNsError) = outcome, error.code == .tooManyQueuedRequests {
                         metrics.increment("queue_full")
@@ -197,19 +213,35 @@ final class APNsConnectionPool: Sendable {
     /// Ends a lease. A 200 answer trusts a token-auth connection (it may fan out now).
     func release(_ connection: PooledConnection, status: Int?) {
         let cap = streamCap
+        let rate = rateCap
         let ready = state.withLock { state in
             connection.inFlight -= 1
             connection.lastActivity = .now
             if status == 200 { connection.trusted = true }
-            return state.dispatch(cap: cap)
+            return state.dispatch(cap: cap, rate: rate)
         }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
     }
 
     private func dispatch() {
         let cap = streamCap
-        let ready = state.withLock { $0.dispatch(cap: cap) }
+        let rate = rateCap
+        let (ready, waiting) = state.withLock { state in (state.dispatch(cap: cap, rate: rate), state.waiting) }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
+        if rate != nil && waiting > 0 { scheduleRateWakeUp() }
+    }
+
+    private let rateWakeUpScheduled = Atomic<Bool>(false)
+
+    /// With a rate cap, waiters may wait for a bucket to refill rather than for a stream: wake the
+    /// queue again after one token's time.
+    private func scheduleRateWakeUp() {
+        guard let rate = rateCap, !rateWakeUpScheduled.exchange(true, ordering: .relaxed) else { return }
+        Task {
+            try? await Task.sleep(for: .seconds(1 / rate))
+            rateWakeUpScheduled.store(false, ordering: .relaxed)
+            dispatch()
+        }
     }
 
     /// Takes `connection` out of service: no new streams; the streams it has finish; its slot opens
