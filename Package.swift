@@ -59,7 +59,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"], exclude: ["Python"]),
-        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "ServiceCore"]),
+        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),

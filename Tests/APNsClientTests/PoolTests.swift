@@ -219,6 +219,41 @@ import Testing
         }
     }
 
+    @Test func aPINGThatIsNeverAnsweredReplacesTheDeadIdleConnection() async throws {
+        try await withSimulator { harness in
+            let portFile = FileManager.default.temporaryDirectory.appendingPathComponent("proxy-\(UUID().uuidString).port").path
+            let proxy = Process()
+            proxy.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            proxy.arguments = ["python3", pythonDirectory.appendingPathComponent("freezing_proxy.py").path,
+                               "\(harness.simulator.productionPort)", portFile]
+            proxy.standardOutput = FileHandle.nullDevice
+            proxy.standardError = FileHandle.nullDevice
+            try proxy.run()
+            defer { kill(proxy.processIdentifier, SIGKILL) }
+            var port: Int?
+            for _ in 0..<200 where port == nil {
+                port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0) }
+                if port == nil { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let proxyPort = try #require(port, "freezing_proxy.py did not start")
+
+            var configuration = harness.configuration()
+            configuration.production = .init(host: "127.0.0.1", port: proxyPort)
+            configuration.idlePingInterval = .milliseconds(200)
+            configuration.pingTimeout = .milliseconds(300)
+            let client = try harness.tokenClient(configuration)
+            defer { Task { await client.shutdown() } }
+            #expect(try await client.send(alert(1), environment: .production).status == 200)
+            kill(proxy.processIdentifier, SIGUSR1)  // the connection goes silent, stays open
+            for _ in 0..<100 where client.metrics["ping_failures"] == 0 { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(client.metrics["ping_failures"] >= 1)
+            try await Task.sleep(for: .milliseconds(100))
+            let response = try await client.send(alert(2), environment: .production)
+            #expect(response.status == 200 && response.attempts == 1, "sent on the replacement connection")
+            #expect(client.metrics["connections_opened"] >= 2)
+        }
+    }
+
     /// Drops every simulator connection through the admin API (`POST /admin/connections/drop`).
     private func dropAll(_ harness: Harness) async throws -> Int {
         let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: harness.simulator.adminPort!)

@@ -26,6 +26,8 @@ func run(_ arguments: [String], directory: URL? = nil) async throws -> (status: 
     return (status, output)
 }
 
+let pythonDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python")
+
 struct TestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ description: String) { self.description = description }
