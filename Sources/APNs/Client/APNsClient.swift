@@ -228,7 +228,14 @@ public final class APNsClient: Sendable {
             }
             let authorization: APNsJWT?
             let authorizationValue: String?
-            switch try pool.providerToken(for: connection) {
+            let choice: APNsConnectionPool.ProviderTokenChoice
+            do {
+                choice = try pool.providerToken(for: connection)
+            } catch {
+                pool.release(connection, status: nil)
+                throw error
+            }
+            switch choice {
             case .certificate:
                 authorization = nil
                 authorizationValue = nil
@@ -274,6 +281,9 @@ public final class APNsClient: Sendable {
                 metrics.increment("retries")
                 try await Task.sleep(for: delay)
                 continue
+            } catch {
+                pool.release(connection, status: nil)
+                throw error
             }
 
             attempts += 1
