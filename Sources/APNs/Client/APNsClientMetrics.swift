@@ -9,8 +9,10 @@ import Synchronization
 /// `connections_retired`, `queue_full`, `provider_token_updates_refused` (429
 /// TooManyProviderTokenUpdates: an **alert**, it is our bug), `expired_provider_tokens`,
 /// `unknown_reasons` (an **alert**), `alerts` (every alert-raising answer, see
-/// `APNsReason.raisesAlert`), `certificates_expiring` (certificates inside the warning window at the
-/// last check), and `status_<code>` / `reason_<Reason>` per answer.
+/// `APNsReason.raisesAlert`), `provider_token_changes` (JWT switches on existing connections),
+/// `certificates_expiring` (certificates inside the warning window at the last check),
+/// `certificate_seconds_left_<UID>` (a gauge: seconds until the certificate's `notAfter`), and
+/// `status_<code>` / `reason_<Reason>` per answer.
 public final class APNsClientMetrics: Sendable {
     private let counters = Mutex<[String: Int]>([:])
     private let hot = HotCounters()
