@@ -47,6 +47,7 @@ let package = Package(
             name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
         .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
+        .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
 
         // Tests (Swift Testing) against real parts. Python oracles live beside some of them.
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
@@ -59,6 +60,7 @@ let package = Package(
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "DispatcherCoreTests",
             dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PostgresTestSupport", "PushMessages", "ServiceCore"]),

@@ -23,6 +23,10 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
             case invalidCertificate
             case invalidPKCS12
             case invalidConfiguration
+            case missingCredentials
+            case tooManyQueuedRequests
+            case deliveryFailed
+            case shutDown
         }
 
         private let value: Value
@@ -60,6 +64,15 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         public static let invalidPKCS12 = Code(.invalidPKCS12)
         /// A client setting is unusable (for example an APNs URL that is not `https://host[:port]`).
         public static let invalidConfiguration = Code(.invalidConfiguration)
+        /// The client has no credentials for the request's bundle ID (and no default credentials).
+        public static let missingCredentials = Code(.missingCredentials)
+        /// The connection pool's wait queue is full: back-pressure; try again later.
+        public static let tooManyQueuedRequests = Code(.tooManyQueuedRequests)
+        /// No answer from APNs after the retries the rules allow (connection failures, timeouts);
+        /// `cause` holds the last `HTTP2Error`, `attempts` how often the notification was sent.
+        public static let deliveryFailed = Code(.deliveryFailed)
+        /// The client was shut down.
+        public static let shutDown = Code(.shutDown)
 
         /// The code's name, e.g. `invalidDeviceToken`.
         public var description: String { value.rawValue }
@@ -73,13 +86,17 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
     public let reason: APNsReason?
     /// The underlying error, if any.
     public let cause: (any Error & Sendable)?
+    /// For `.deliveryFailed`: how many times the notification was sent (attempts that APNs may have
+    /// processed; streams it provably refused are not counted). 0 otherwise.
+    public let attempts: Int
 
     /// Creates an error.
-    public init(code: Code, message: String, reason: APNsReason? = nil, cause: (any Error & Sendable)? = nil) {
+    public init(code: Code, message: String, reason: APNsReason? = nil, cause: (any Error & Sendable)? = nil, attempts: Int = 0) {
         self.code = code
         self.message = message
         self.reason = reason
         self.cause = cause
+        self.attempts = attempts
     }
 
     /// A request APNs would refuse with `reason`.

@@ -58,12 +58,29 @@ public final class APNsProviderTokenCache: Sendable {
     /// If the wall clock stepped back more than 5 minutes before the token's `iat`, a new token is made.
     /// - Throws: `APNsError` `.signingFailed` when signing fails (the old token, if any, is kept).
     public func currentToken() throws(APNsError) -> APNsJWT {
+        try token(replacingAtAgeSeconds: refreshAgeSeconds)
+    }
+
+    /// Like ``currentToken()``, but also replaces the cached token when it is older than
+    /// `maximumAge` (never younger than 20 minutes). A connection that must keep a token for 20
+    /// minutes asks for one with enough life left (see `APNsClient`).
+    /// - Throws: `APNsError` `.signingFailed` when signing fails.
+    public func currentToken(maximumAge: Duration) throws(APNsError) -> APNsJWT {
+        let minimum = Self.minimumRefreshInterval.components.seconds
+        return try token(replacingAtAgeSeconds: min(refreshAgeSeconds, max(minimum, maximumAge.components.seconds)))
+    }
+
+    /// The clock this cache reads (seconds since the epoch).
+    public var nowSeconds: Int64 { clock.nowSeconds() }
+
+    private func token(replacingAtAgeSeconds replaceAge: Int64) throws(APNsError) -> APNsJWT {
         let now = clock.nowSeconds()
         return try state.withLock { state throws(APNsError) -> APNsJWT in
             if let current = state.current {
                 let age = current.age(atSeconds: now)
                 let minimum = Self.minimumRefreshInterval.components.seconds
-                let due = age >= refreshAgeSeconds || (state.invalidated && age >= minimum) || age < -300
+                let due = age >= replaceAge
+                    || (state.invalidated && age >= minimum) || age < -300
                 if !due { return current }
             }
             let token = try APNsJWT(keyID: keyID, teamID: teamID, issuedAt: now, signingKey: signingKey)

@@ -29,8 +29,9 @@ public struct APNsSimulatorRecord: Sendable {
     public var timestampMilliseconds: Int64?
     /// The `apns-id` answered.
     public var apnsID: String?
-    /// The fault that shaped the answer: `unanswered`, `dropped`, `injected` (a status share or the
-    /// per-token rate limit), or nil.
+    /// The fault that shaped the answer: `unanswered`, `dropped`, `refused` (above the
+    /// last-stream-id of a GOAWAY already sent: not processed, no answer), `injected` (a status
+    /// share or the per-token rate limit), or nil.
     public var fault: String?
     /// How long the answer was held back (latency fault), in ms; 0 when answered at once.
     public var delayMilliseconds: Int64 = 0

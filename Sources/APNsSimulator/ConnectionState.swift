@@ -27,6 +27,10 @@ final class ConnectionState: Sendable {
         var boundKeyID: String?
         var rng = SplitMix64()
         var goAwaySent = false
+        /// The highest stream id handed to the request handler so far.
+        var maxStreamID: Int32 = 0
+        /// The last-stream-id of the GOAWAY sent: streams above it are not processed (RFC 9113 §6.8).
+        var goAwayLastStreamID: Int32?
     }
 
     /// The key in `SimulatorState`'s connection table: environment bit and connection id.
@@ -71,13 +75,18 @@ final class ConnectionState: Sendable {
     /// Sends GOAWAY with APNs's JSON debug data, once per connection; false when already sent.
     @discardableResult
     func goAway(lastStreamID: Int32?, reason: String, errorCode: UInt32) -> Bool {
-        let first = fields.withLock { fields in
-            defer { fields.goAwaySent = true }
-            return !fields.goAwaySent
+        // The last-stream-id covers every stream handled so far (RFC 9113 §6.8: the highest stream
+        // the sender "might have taken some action on"); later streams are left unprocessed.
+        let last: Int32? = fields.withLock { fields in
+            guard !fields.goAwaySent else { return nil }
+            fields.goAwaySent = true
+            let last = max(lastStreamID ?? 0, fields.maxStreamID)
+            fields.goAwayLastStreamID = last
+            return last
         }
-        guard first else { return false }
+        guard let last else { return false }
         connection.sendGoAway(
-            lastStreamID: lastStreamID, errorCode: HTTP2ErrorCode(rawValue: errorCode),
+            lastStreamID: last, errorCode: HTTP2ErrorCode(rawValue: errorCode),
             debugData: APNsErrorResponse(reason: APNsReason(rawValue: reason)).body)
         return true
     }

@@ -229,14 +229,24 @@ final class SimulatorState: Sendable {
             body: request.body, certificateSubject: connection.certificate?.subject)
 
         // Stream-count faults come first: they model the network, not APNs's checks.
-        let (streams, unanswered, delay, apnsIDSeed) = connection.fields.withLock { fields in
+        let (streams, unanswered, delay, apnsIDSeed, aboveGoAway) = connection.fields.withLock { fields in
+            if let last = fields.goAwayLastStreamID, request.streamID > last {
+                return (fields.streams, false, Int64(0), UInt64(0), true)
+            }
+            fields.maxStreamID = max(fields.maxStreamID, request.streamID)
             fields.streams += 1
             var delay: Int64 = 0
             if let latency = faults.latency, fields.rng.unit() < latency.share {
                 delay = Self.sample(latency, &fields.rng)
             }
             let unanswered = faults.unansweredShare > 0 && fields.rng.unit() < faults.unansweredShare
-            return (fields.streams, unanswered, delay, fields.rng.next())
+            return (fields.streams, unanswered, delay, fields.rng.next(), false)
+        }
+        if aboveGoAway {
+            // Above the last-stream-id of the GOAWAY sent: not processed, as the client assumes.
+            record.fault = "refused"
+            recorder.append(record, counter: "refused")
+            return
         }
         if faults.dropAfterStreams > 0 && streams >= faults.dropAfterStreams {
             record.fault = "dropped"

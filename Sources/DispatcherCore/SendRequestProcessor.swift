@@ -16,9 +16,12 @@ public final class SendRequestProcessor: Sendable {
     private let defaultEnvironment: APNsEnvironment
     private let clock: any WallClock
     private let logger: Logger
+    private let maxInFlight: Int
 
+    /// - Parameter maxInFlight: notifications of one request sent concurrently. Default 1,000.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
-                defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger) {
+                defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
+        self.maxInFlight = max(1, maxInFlight)
         self.store = store
         self.sender = sender
         self.feedback = feedback
@@ -47,28 +50,42 @@ public final class SendRequestProcessor: Sendable {
         var counts = RequestCompleted()
         counts.requestID = request.requestID
         counts.requestedAtMs = requestedAt
-        for target in targets {
-            let token: String
-            switch target {
-            case .send(let stored): token = stored.deviceToken
-            case .outcome(let raw, _, _, _, _): token = raw
+        // Tokens go out concurrently (the pool multiplexes them), at most `maxInFlight` at a time;
+        // each outcome is recorded in send_log before its report is published (in `deliver`).
+        try await withThrowingTaskGroup(of: DeliveryOutcome.self) { group in
+            var inFlight = 0
+            func count(_ outcome: DeliveryOutcome) {
+                counts.total += 1
+                switch outcome {
+                case .delivered: counts.delivered += 1
+                case .rejected: counts.rejected += 1
+                case .failed: counts.failed += 1
+                default: counts.skipped += 1
+                }
             }
-            let report: DeliveryReport
-            if let bytes = recorded[token], let event = try? FeedbackEvent(protobufBytes: bytes),
-               case .deliveryReport(let earlier)? = event.event
-            {
-                try await feedback.publish(serialized: bytes, key: token)
-                report = earlier
-            } else {
-                report = try await deliver(target, request: request, template: template, requestedAt: requestedAt)
+            for target in targets {
+                if inFlight >= maxInFlight, let outcome = try await group.next() {
+                    inFlight -= 1
+                    count(outcome)
+                }
+                let token: String
+                switch target {
+                case .send(let stored): token = stored.deviceToken
+                case .outcome(let raw, _, _, _, _): token = raw
+                }
+                let earlier = recorded[token]
+                group.addTask {
+                    if let bytes = earlier, let event = try? FeedbackEvent(protobufBytes: bytes),
+                       case .deliveryReport(let report)? = event.event
+                    {
+                        try await self.feedback.publish(serialized: bytes, key: token)
+                        return report.outcome
+                    }
+                    return try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
+                }
+                inFlight += 1
             }
-            counts.total += 1
-            switch report.outcome {
-            case .delivered: counts.delivered += 1
-            case .rejected: counts.rejected += 1
-            case .failed: counts.failed += 1
-            default: counts.skipped += 1
-            }
+            for try await outcome in group { count(outcome) }
         }
         counts.completedAtMs = clock.nowMilliseconds()
         try await feedback.publish(feedback.event(.requestCompleted(counts)), key: request.requestID)
@@ -150,9 +167,9 @@ public final class SendRequestProcessor: Sendable {
             let apnsRequest = template.request(for: token)
             report.apnsID = apnsRequest.apnsID?.uuidString ?? ""
             report.sentAtMs = clock.nowMilliseconds()
-            report.attempts = 1
             do {
                 let response = try await sender.send(apnsRequest, environment: stored.environment)
+                report.attempts = UInt32(clamping: response.attempts)
                 report.completedAtMs = clock.nowMilliseconds()
                 report.httpStatus = UInt32(response.status)
                 report.apnsID = response.apnsID ?? report.apnsID
@@ -166,11 +183,16 @@ public final class SendRequestProcessor: Sendable {
                     try await invalidate(stored, response: response, report: report)
                 case .reject:
                     report.outcome = .rejected
+                case _ where response.hasUnknownReason:
+                    report.outcome = .rejected
                 default:
-                    // Retries come with the connection pool; until then a retryable answer is final.
+                    // The client retried as far as the rules allow and gave up: final.
                     report.outcome = .failed
                 }
+            } catch let error as CancellationError {
+                throw error
             } catch {
+                report.attempts = UInt32(clamping: (error as? APNsError)?.attempts ?? 1)
                 report.completedAtMs = clock.nowMilliseconds()
                 report.outcome = .failed
                 report.apnsReason = "ConnectionError"

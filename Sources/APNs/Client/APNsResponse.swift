@@ -12,6 +12,20 @@ public struct APNsResponse: Sendable, Hashable {
     public var reason: APNsReason?
     /// For 410: when Apple confirmed the token invalid, ms since the UNIX epoch.
     public var timestampMilliseconds: Int64?
+    /// How many times `APNsClient` sent the notification to get this answer (1 when the first try
+    /// was final). Streams APNs provably did not process (above a GOAWAY's last-stream-id, or
+    /// refused) are not attempts; they are counted in ``unprocessedResends``.
+    public var attempts: Int = 1
+    /// How many times the notification was sent again because APNs did not process it (GOAWAY,
+    /// REFUSED_STREAM); never a failure.
+    public var unprocessedResends: Int = 0
+
+    /// True when APNs answered with a reason string this code does not know: a rejection plus an
+    /// alert, never a retry (apns-reference.md §3).
+    public var hasUnknownReason: Bool {
+        if case .unknown? = reason { return true }
+        return false
+    }
 
     /// Whether APNs accepted the notification.
     public var isSuccess: Bool { status == 200 }

@@ -32,6 +32,8 @@ final class EventLoop: @unchecked Sendable {
     private var thread: Thread!
     private var handlers: [Int32: any EventLoopHandler] = [:]
     private var timers = TimerHeap()
+    /// Timers cancelled since the last compaction (cancelled entries stay in the heap until due).
+    private let timerStats = TimerStats()
     private var flushList: [any EventLoopHandler] = []
     private var deferred: [() -> Void] = []
     /// One receive buffer shared by every connection of this loop (only one reads at a time).
@@ -123,7 +125,7 @@ final class EventLoop: @unchecked Sendable {
     /// Schedules `action` after `delay`; cancel through the returned token.
     @discardableResult
     func schedule(after delay: Duration, _ action: @escaping () -> Void) -> TimerToken {
-        let token = TimerToken()
+        let token = TimerToken(stats: timerStats)
         let ns = UInt64(max(0, delay.components.seconds)) * 1_000_000_000
             + UInt64(max(0, delay.components.attoseconds / 1_000_000_000))
         timers.push(deadline: monotonicNanos() &+ ns, token: token, action: action)
@@ -174,6 +176,13 @@ final class EventLoop: @unchecked Sendable {
                 let now = monotonicNanos()
                 while let action = timers.popDue(now: now) { action() }
             }
+            // A cancelled timer keeps its action (and what it captured: a request and its body)
+            // until its deadline; drop them once they are the majority, so memory follows the
+            // live timers, not the request rate times the timeout.
+            if timerStats.cancelled > 1024 && timerStats.cancelled * 2 > timers.count {
+                timers.removeCancelled()
+                timerStats.cancelled = 0
+            }
             drainDeferredAndFlushes()
             if stopped {
                 handlers.removeAll()
@@ -201,8 +210,19 @@ final class EventLoop: @unchecked Sendable {
 
 /// Cancels a timer scheduled with `EventLoop.schedule(after:_:)`. Loop-thread only.
 final class TimerToken {
-    var cancelled = false
-    func cancel() { cancelled = true }
+    private(set) var cancelled = false
+    private let stats: TimerStats
+    init(stats: TimerStats) { self.stats = stats }
+    func cancel() {
+        guard !cancelled else { return }
+        cancelled = true
+        stats.cancelled += 1
+    }
+}
+
+/// Counts cancelled timers of one loop. Loop-thread only.
+final class TimerStats {
+    var cancelled = 0
 }
 
 /// Binary min-heap of timers by deadline (monotonic ns).
@@ -215,6 +235,17 @@ struct TimerHeap {
     private var entries: [Entry] = []
 
     var nextDeadline: UInt64? { entries.first?.deadline }
+    var count: Int { entries.count }
+
+    /// Drops cancelled entries and restores the heap order (O(n)).
+    mutating func removeCancelled() {
+        entries.removeAll { $0.token.cancelled }
+        var index = entries.count / 2
+        while index > 0 {
+            index -= 1
+            siftDown(index)
+        }
+    }
 
     mutating func push(deadline: UInt64, token: TimerToken, action: @escaping () -> Void) {
         entries.append(Entry(deadline: deadline, token: token, action: action))
@@ -240,7 +271,11 @@ struct TimerHeap {
         let last = entries.removeLast()
         guard !entries.isEmpty else { return }
         entries[0] = last
-        var parent = 0
+        siftDown(0)
+    }
+
+    private mutating func siftDown(_ start: Int) {
+        var parent = start
         while true {
             let left = 2 * parent + 1
             let right = left + 1

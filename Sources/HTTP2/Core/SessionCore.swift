@@ -47,7 +47,11 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
 
     /// Registers with the loop. For servers and after a client's connect.
     func register(writable: Bool) -> Bool {
-        loop.register(fd: transport.fd, handler: self, writable: writable)
+        // Keep `writeInterest` in step with the registration: a client registers for EPOLLOUT to
+        // learn that its connect finished, and `setWriteInterest(false)` must then really turn it
+        // off (otherwise the level-triggered EPOLLOUT wakes the loop without end).
+        writeInterest = writable
+        return loop.register(fd: transport.fd, handler: self, writable: writable)
     }
 
     func beginHandshake() {
@@ -234,30 +238,41 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
 
     /// Calls `body` with an nghttp2 name/value array for `pseudo` then `headers`. Names are lowercased.
     func withHeaderBlock<T>(pseudo: [(String, String)], headers: [HTTP2Header], _ body: (UnsafePointer<nghttp2_nv>, Int) -> T) -> T {
-        nvBytes.removeAll(keepingCapacity: true)
+        // Work on local copies of the reusable buffers (swapped out and back): appending to a
+        // class property byte by byte pays an exclusivity check per byte.
+        var bytes: [UInt8] = []
+        var array: [nghttp2_nv] = []
+        swap(&bytes, &nvBytes)
+        swap(&array, &nvArray)
+        defer {
+            swap(&bytes, &nvBytes)
+            swap(&array, &nvArray)
+        }
+        bytes.removeAll(keepingCapacity: true)
         var spans: [(Int, Int, Int, Int)] = []
         spans.reserveCapacity(pseudo.count + headers.count)
         func append(_ name: String, _ value: String) {
-            let nameStart = nvBytes.count
-            for byte in name.utf8 {
-                nvBytes.append(byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte)
+            let nameStart = bytes.count
+            bytes.append(contentsOf: name.utf8)
+            for index in nameStart..<bytes.count where bytes[index] >= 0x41 && bytes[index] <= 0x5A {
+                bytes[index] |= 0x20
             }
-            let valueStart = nvBytes.count
-            nvBytes.append(contentsOf: value.utf8)
-            spans.append((nameStart, valueStart - nameStart, valueStart, nvBytes.count - valueStart))
+            let valueStart = bytes.count
+            bytes.append(contentsOf: value.utf8)
+            spans.append((nameStart, valueStart - nameStart, valueStart, bytes.count - valueStart))
         }
         for (name, value) in pseudo { append(name, value) }
         for header in headers { append(header.name, header.value) }
-        nvBytes.append(0)  // never empty, so baseAddress is non-nil
-        return nvBytes.withUnsafeMutableBufferPointer { bytes in
-            let base = bytes.baseAddress!
-            nvArray.removeAll(keepingCapacity: true)
+        bytes.append(0)  // never empty, so baseAddress is non-nil
+        return bytes.withUnsafeMutableBufferPointer { buffer in
+            let base = buffer.baseAddress!
+            array.removeAll(keepingCapacity: true)
             for span in spans {
-                nvArray.append(nghttp2_nv(
+                array.append(nghttp2_nv(
                     name: base + span.0, value: base + span.2, namelen: span.1, valuelen: span.3,
                     flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
             }
-            return nvArray.withUnsafeBufferPointer { body($0.baseAddress!, $0.count) }
+            return array.withUnsafeBufferPointer { body($0.baseAddress!, $0.count) }
         }
     }
 

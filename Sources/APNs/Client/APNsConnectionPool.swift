@@ -1,0 +1,540 @@
+import Foundation
+import HTTP2
+import ServiceCore
+import Synchronization
+
+/// One HTTP/2 connection of a pool.
+///
+/// `@unchecked Sendable`: the `var` fields are read and written only while the owning pool's
+/// `Mutex` is held (`APNsConnectionPool.state`); the `let` fields are immutable.
+final class PooledConnection: @unchecked Sendable {
+    let id: Int
+    let slot: Int
+    let connection: HTTP2Connection
+    let address: String
+    /// Fired when the connection must be replaced (GOAWAY, closed, retired).
+    let ended = OneShot()
+    /// Streams we opened and that have not finished yet.
+    var inFlight = 0
+    /// Token auth: false until a request succeeded; until then one stream only (apns-reference.md §6).
+    var trusted: Bool
+    /// No new streams: GOAWAY received, closed or retired.
+    var retired = false
+    /// The JWT this connection sends and when it started sending it (seconds since the epoch, on
+    /// the token cache's clock).
+    var jwt: APNsJWT?
+    var jwtInstalledAt: Int64 = 0
+    /// `bearer <jwt>`, built once per JWT.
+    var authorization: String = ""
+    var lastActivity: ContinuousClock.Instant
+    var pinging = false
+    /// Per-connection rate cap (token bucket): requests that may start now, and when it was filled.
+    var rateTokens: Double = 1
+    var rateFilledAt: ContinuousClock.Instant = .now
+
+    init(id: Int, slot: Int, connection: HTTP2Connection, address: String, trusted: Bool) {
+        self.id = id
+        self.slot = slot
+        self.connection = connection
+        self.address = address
+        self.trusted = trusted
+        self.lastActivity = .now
+    }
+
+    /// Streams the pool may have open on this connection now: the server's current
+    /// SETTINGS_MAX_CONCURRENT_STREAMS (1 before the first success with token auth), capped.
+    func capacity(cap: Int?) -> Int {
+        guard !retired, connection.isUsable else { return 0 }
+        var limit = connection.maxConcurrentStreams
+        if !trusted { limit = min(limit, 1) }
+        if let cap { limit = min(limit, cap) }
+        return limit
+    }
+}
+
+/// The connections of one (credentials, environment) pair (apns-reference.md §6 "Connection
+/// management"): `connectionsPerPool` slots, each opened after its own DNS look-up, staggered, and
+/// replaced after GOAWAY, a drop, a failed PING or a retirement, with exponential backoff and jitter
+/// between failed attempts. Requests lease one stream at a time; when no connection has a free
+/// stream they wait in a bounded FIFO.
+final class APNsConnectionPool: Sendable {
+    typealias Configuration = APNsClient.Configuration
+
+    private struct Waiter {
+        let continuation: CheckedContinuation<PooledConnection, any Error>
+    }
+
+    private struct State {
+        var slots: [PooledConnection?]
+        var waiters: [UInt64: Waiter] = [:]
+        var order: [UInt64] = []
+        var orderHead = 0
+        var nextWaiterID: UInt64 = 0
+        var nextConnectionID = 0
+        var started = false
+        var shutDown = false
+
+        var waiting: Int { waiters.count }
+
+        /// The connection with a free stream and the fewest streams in flight (spreading traffic
+        /// over the connections, reference §6), or nil.
+        func pick(cap: Int?, rate: Double?) -> PooledConnection? {
+            var best: PooledConnection?
+            let now: ContinuousClock.Instant? = rate == nil ? nil : .now
+            for case let candidate? in slots where candidate.inFlight < candidate.capacity(cap: cap) {
+                if let rate, let now {
+                    // Refill the bucket (at most one second's worth) and skip an empty one.
+                    let elapsed = candidate.rateFilledAt.duration(to: now)
+                    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                    candidate.rateTokens = min(max(1, rate), candidate.rateTokens + seconds * rate)
+                    candidate.rateFilledAt = now
+                    if candidate.rateTokens < 1 { continue }
+                }
+                if best == nil || candidate.inFlight < best!.inFlight { best = candidate }
+            }
+            if rate != nil { best?.rateTokens -= 1 }
+            return best
+        }
+
+        /// Hands free streams to waiters in FIFO order; returns whom to resume.
+        mutating func dispatch(cap: Int?, rate: Double?) -> [(Waiter, PooledConnection)] {
+            var ready: [(Waiter, PooledConnection)] = []
+            while orderHead < order.count {
+                let id = order[orderHead]
+                guard let waiter = waiters[id] else {
+                    orderHead += 1
+                    continue
+                }
+                guard let connection = pick(cap: cap, rate: rate) else { break }
+                connection.inFlight += 1
+                waiters[id] = nil
+                orderHead += 1
+                ready.append((waiter, connection))
+            }
+            if orderHead == order.count {
+                order.removeAll(keepingCapacity: true)
+                orderHead = 0
+            } else if orderHead > 4096 && orderHead * 2 > order.count {
+                order.removeFirst(orderHead)
+                orderHead = 0
+            }
+            return ready
+        }
+
+        mutating func removeAllWaiters() -> [Waiter] {
+            let all = order[orderHead...].compactMap { waiters[$0] }
+            waiters.removeAll()
+            order.removeAll()
+            orderHead = 0
+            return all
+        }
+    }
+
+    let environment: APNsEnvironment
+    let endpoint: Configuration.Endpoint
+    /// `:authority` of every request.
+    let authority: String
+    let credentials: APNsCredentials
+    private let configuration: Configuration
+    private let metrics: APNsClientMetrics
+    private let logger: Logger
+    private let state: Mutex<State>
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+
+    init(environment: APNsEnvironment, credentials: APNsCredentials, configuration: Configuration, metrics: APNsClientMetrics, logger: Logger) {
+        self.environment = environment
+        self.endpoint = configuration.endpoint(for: environment)
+        self.authority = endpoint.authority
+        self.credentials = credentials
+        self.configuration = configuration
+        self.metrics = metrics
+        self.logger = logger.with(["pool": "\(credentials.label)/\(environment)"])
+        self.state = Mutex(State(slots: Array(repeating: nil, count: max(1, configuration.connectionsPerPool))))
+    }
+
+    private var streamCap: Int? { configuration.maxStreamsPerConnection }
+    private var rateCap: Double? { configuration.maxRequestsPerSecondPerConnection.map { Double(max(1, $0)) } }
+
+    // MARK: Leases
+
+    /// A connection with a free stream, counted as in flight until ``release(_:status:)``. Waits
+    /// (FIFO) while every stream is busy.
+    /// - Throws: `APNsError` `.tooManyQueuedRequests` when `maxQueuedRequests` callers already wait,
+    ///   `.shutDown` after ``shutdown()``; `HTTP2Error` `.connectFailed` when no connection could be
+    ///   opened; `CancellationError`.
+    func acquire() async throws -> PooledConnection {
+        startIfNeeded()
+        let cap = streamCap
+        let rate = rateCap
+        // Fast path: no continuation when a stream is free.
+        let immediate: Result<PooledConnection, any Error>? = state.withLock { state in
+            if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
+            guard state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) else { return nil }
+            connection.inFlight += 1
+            return .success(connection)
+        }
+        if let immediate { return try immediate.get() }
+
+        let id = state.withLock { state in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        let limit = configuration.maxQueuedRequests
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PooledConnection, any Error>) in
+                let outcome: Result<PooledConnection, any Error>? = state.withLock { state in
+                    if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) {
+                        connection.inFlight += 1
+                        return .success(connection)
+                    }
+                    if state.waiting >= limit {
+                        return .failure(APNsError(code: .tooManyQueuedRequests, message: "\(state.waiting) requests already wait for a stream to \(endpoint.host) (maxQueuedRequests)"))
+                    }
+                    state.waiters[id] = Waiter(continuation: continuation)
+                    state.order.append(id)
+                    return nil
+                }
+                if rate != nil { scheduleRateWakeUp() }
+                if let outcome {
+                    if case .failure(let error as APNsError) = outcome, error.code == .tooManyQueuedRequests {
+                        metrics.increment("queue_full")
+                    }
+                    continuation.resume(with: outcome)
+                }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Ends a lease. A 200 answer trusts a token-auth connection (it may fan out now).
+    func release(_ connection: PooledConnection, status: Int?) {
+        let cap = streamCap
+        let rate = rateCap
+        let ready = state.withLock { state in
+            connection.inFlight -= 1
+            connection.lastActivity = .now
+            if status == 200 { connection.trusted = true }
+            return state.dispatch(cap: cap, rate: rate)
+        }
+        for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
+    }
+
+    private func dispatch() {
+        let cap = streamCap
+        let rate = rateCap
+        let (ready, waiting) = state.withLock { state in (state.dispatch(cap: cap, rate: rate), state.waiting) }
+        for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
+        if rate != nil && waiting > 0 { scheduleRateWakeUp() }
+    }
+
+    private let rateWakeUpScheduled = Atomic<Bool>(false)
+
+    /// With a rate cap, waiters may wait for a bucket to refill rather than for a stream: wake the
+    /// queue again after one token's time.
+    private func scheduleRateWakeUp() {
+        guard let rate = rateCap, !rateWakeUpScheduled.exchange(true, ordering: .relaxed) else { return }
+        Task {
+            try? await Task.sleep(for: .seconds(1 / rate))
+            rateWakeUpScheduled.store(false, ordering: .relaxed)
+            dispatch()
+        }
+    }
+
+    /// Takes `connection` out of service: no new streams; the streams it has finish; its slot opens
+    /// a replacement (after a fresh DNS look-up).
+    func retire(_ connection: PooledConnection, because why: String) {
+        let removed = state.withLock { state -> Bool in
+            let wasActive = !connection.retired
+            connection.retired = true
+            if state.slots[connection.slot] === connection { state.slots[connection.slot] = nil }
+            return wasActive
+        }
+        if removed {
+            metrics.increment("connections_retired")
+            logger.info("retiring APNs connection", ["connection": "\(connection.id)", "address": connection.address, "why": why])
+        }
+        connection.ended.fire()
+    }
+
+    // MARK: Provider tokens per connection
+
+    /// Age at which a connection moves to the shared JWT's successor (once it held its JWT for 20 min).
+    static let switchAge: Int64 = 45 * 60
+    /// A connection takes only a JWT at most this old, so that it can keep it for the 20 minutes
+    /// Apple requires between changes and still switch before the 60-minute limit.
+    static let maximumInstallAge: Duration = .seconds(30 * 60)
+    /// A JWT this old is never sent (APNs refuses at 60 minutes).
+    static let unusableAge: Int64 = 57 * 60
+
+    /// What to send as `authorization` on `connection` now, following Apple's rules per connection: one JWT per
+    /// (team, key) shared by all connections; never a change within 20 minutes of the previous one
+    /// on the same connection; never one older than ``unusableAge``. Returns `.retireConnection` when the
+    /// connection must be retired because no JWT satisfies both rules (only after a clock jump).
+    /// - Throws: `APNsError` `.signingFailed`.
+    func providerToken(for connection: PooledConnection) throws(APNsError) -> ProviderTokenChoice {
+        guard let cache = credentials.providerTokens else { return .certificate }
+        let now = cache.nowSeconds
+        return try state.withLock { _ throws(APNsError) -> ProviderTokenChoice in
+            let minimum = APNsProviderTokenCache.minimumRefreshInterval.components.seconds
+            if let current = connection.jwt {
+                let age = current.age(atSeconds: now)
+                let held = now - connection.jwtInstalledAt
+                if age < Self.switchAge && age >= -300 { return .send(current, authorization: connection.authorization) }
+                guard held >= minimum else {
+                    return age < Self.unusableAge ? .send(current, authorization: connection.authorization) : .retireConnection
+                }
+            }
+            let fresh = try cache.currentToken(maximumAge: Self.maximumInstallAge)
+            if fresh != connection.jwt {
+                if connection.jwt != nil { metrics.increment("provider_token_changes") }
+                connection.jwt = fresh
+                connection.jwtInstalledAt = now
+                connection.authorization = "bearer " + fresh.token
+            }
+            return .send(fresh, authorization: connection.authorization)
+        }
+    }
+
+    /// What ``providerToken(for:)`` decided.
+    enum ProviderTokenChoice {
+        /// Certificate authentication: no `authorization` header.
+        case certificate
+        /// Send this JWT; `authorization` is its `bearer <JWT>` header value.
+        case send(APNsJWT, authorization: String)
+        /// The connection can neither keep its JWT nor change it yet: replace the connection.
+        case retireConnection
+    }
+
+    // MARK: Lifecycle
+
+    private func startIfNeeded() {
+        let start = state.withLock { state -> Bool in
+            guard !state.started, !state.shutDown else { return false }
+            state.started = true
+            return true
+        }
+        guard start else { return }
+        let count = max(1, configuration.connectionsPerPool)
+        var started: [Task<Void, Never>] = []
+        for slot in 0..<count {
+            started.append(Task { await self.runSlot(slot) })
+        }
+        started.append(Task { await self.runHealthChecks() })
+        tasks.withLock { $0 += started }
+        logger.info("APNs pool started", ["host": endpoint.host, "port": "\(endpoint.port)", "connections": "\(count)"])
+    }
+
+    /// Stops every slot, fails waiting callers and closes the connections gracefully.
+    func shutdown() async {
+        let (waiters, connections) = state.withLock { state -> ([Waiter], [PooledConnection]) in
+            state.shutDown = true
+            let connections = state.slots.compactMap { $0 }
+            for index in state.slots.indices { state.slots[index] = nil }
+            return (state.removeAllWaiters(), connections)
+        }
+        for waiter in waiters { waiter.continuation.resume(throwing: APNsError(code: .shutDown, message: "the APNs client was shut down")) }
+        let running = tasks.withLock { tasks in
+            defer { tasks.removeAll() }
+            return tasks
+        }
+        for task in running { task.cancel() }
+        for connection in connections {
+            connection.ended.fire()
+            await connection.connection.close()
+        }
+        for task in running { await task.value }
+    }
+
+    /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat.
+    private func runSlot(_ slot: Int) async {
+        if slot > 0 {
+            // Stagger the opens (forum 778909: "stagger connection opens by a few seconds").
+            try? await Task.sleep(for: configuration.connectStagger * slot)
+        }
+        var failures = 0
+        while !Task.isCancelled {
+            let connection: PooledConnection
+            do {
+                connection = try await open(slot: slot)
+                failures = 0
+            } catch {
+                if Task.isCancelled { return }
+                failures += 1
+                metrics.increment("connect_failures")
+                let delay = configuration.reconnectBackoff.delay(afterFailures: failures)
+                logger.warning("APNs connect failed", ["slot": "\(slot)", "error": "\(error)", "retry_in_ms": "\(delay.milliseconds)"])
+                failWaitersIfNoConnection(error)
+                try? await Task.sleep(for: delay)
+                continue
+            }
+            let installed = state.withLock { state -> Bool in
+                guard !state.shutDown else { return false }
+                state.slots[slot] = connection
+                return true
+            }
+            guard installed else {
+                await connection.connection.close()
+                return
+            }
+            dispatch()
+            await watch(connection)
+            retire(connection, because: "replaced")
+            let old = connection.connection
+            Task { await old.close() }  // graceful: its open streams finish first
+            if Task.isCancelled { return }
+            // Do not hammer APNs with opens (reference §6): a short pause before the replacement.
+            try? await Task.sleep(for: configuration.reconnectBackoff.initial)
+        }
+    }
+
+    private func open(slot: Int) async throws -> PooledConnection {
+        metrics.increment("dns_lookups")
+        let addresses = try await APNsResolver.resolve(host: endpoint.host, port: endpoint.port)
+        // Avoid reusing an address another connection of this pool is on, where possible.
+        let used = state.withLock { Set($0.slots.compactMap { $0?.address }) }
+        let address = addresses.first { !used.contains($0) } ?? addresses[slot % addresses.count]
+        var tls = HTTP2ClientTLS(caFile: configuration.caFile, serverName: endpoint.host)
+        if case .certificate(let certificate) = credentials {
+            tls.clientCertificate = .pem(certificateChain: certificate.certificateChainPEM, privateKey: certificate.privateKeyPEM)
+        }
+        var http2 = HTTP2Connection.Configuration(tls: tls)
+        http2.connectTimeout = configuration.connectTimeout
+        let connection = try await HTTP2Connection.connect(host: address, port: endpoint.port, configuration: http2)
+        let id = state.withLock { state in
+            state.nextConnectionID += 1
+            return state.nextConnectionID
+        }
+        metrics.increment("connections_opened")
+        logger.info("APNs connection open", [
+            "connection": "\(id)", "slot": "\(slot)", "address": address, "max_concurrent_streams": "\(connection.maxConcurrentStreams)",
+        ])
+        return PooledConnection(id: id, slot: slot, connection: connection, address: address, trusted: credentials.providerTokens == nil)
+    }
+
+    /// Follows the connection's events until it must be replaced.
+    private func watch(_ connection: PooledConnection) async {
+        let events = Task {
+            for await event in connection.connection.events {
+                switch event {
+                case .settingsChanged(let maxConcurrentStreams, _):
+                    logger.debug("SETTINGS", ["connection": "\(connection.id)", "max_concurrent_streams": "\(maxConcurrentStreams)"])
+                    dispatch()
+                case .goAwayReceived(let lastStreamID, let errorCode, let debugData):
+                    metrics.increment("goaways")
+                    let reason = APNsErrorResponse(parsing: debugData).reason?.rawValue ?? String(decoding: debugData, as: UTF8.self)
+                    retire(connection, because: "GOAWAY \(errorCode) last-stream-id \(lastStreamID) \(reason)")
+                case .closed(let error):
+                    retire(connection, because: error.map { "closed: \($0)" } ?? "closed")
+                }
+            }
+            retire(connection, because: "closed")
+        }
+        await connection.ended.wait()
+        events.cancel()
+    }
+
+    private func failWaitersIfNoConnection(_ error: any Error) {
+        let waiters = state.withLock { state -> [Waiter] in
+            guard state.slots.allSatisfy({ $0 == nil }) else { return [] }
+            return state.removeAllWaiters()
+        }
+        let failure = HTTP2Error(.connectFailed, "no APNs connection to \(endpoint.host):\(endpoint.port) could be opened", cause: error)
+        for waiter in waiters { waiter.continuation.resume(throwing: failure) }
+    }
+
+    // MARK: Health
+
+    /// PINGs connections idle for `idlePingInterval` (a dead one is replaced) and watches the
+    /// certificate's expiry.
+    private func runHealthChecks() async {
+        var lastCertificateCheck: ContinuousClock.Instant?
+        while !Task.isCancelled {
+            if lastCertificateCheck == nil || lastCertificateCheck!.duration(to: .now) > .seconds(3600) {
+                lastCertificateCheck = .now
+                checkCertificateExpiry()
+            }
+            let idle = state.withLock { state -> [PooledConnection] in
+                let now = ContinuousClock.now
+                var due: [PooledConnection] = []
+                for case let connection? in state.slots where !connection.retired && !connection.pinging && connection.inFlight == 0 {
+                    if connection.lastActivity.duration(to: now) >= configuration.idlePingInterval {
+                        connection.pinging = true
+                        due.append(connection)
+                    }
+                }
+                return due
+            }
+            for connection in idle {
+                Task { await self.ping(connection) }
+            }
+            try? await Task.sleep(for: configuration.healthCheckInterval)
+        }
+    }
+
+    private func ping(_ connection: PooledConnection) async {
+        metrics.increment("pings")
+        let answered = await Self.race(timeout: configuration.pingTimeout) {
+            (try? await connection.connection.ping()) != nil
+        }
+        state.withLock { _ in
+            connection.pinging = false
+            if answered { connection.lastActivity = .now }
+        }
+        if !answered {
+            metrics.increment("ping_failures")
+            retire(connection, because: "PING not answered within \(configuration.pingTimeout)")
+            await connection.connection.close()
+        }
+    }
+
+    /// `body`'s result, or false when `timeout` passes first (the body keeps running on its own).
+    private static func race(timeout: Duration, _ body: @escaping @Sendable () async -> Bool) async -> Bool {
+        let box = FirstResult()
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            box.set(continuation)
+            Task { box.finish(await body()) }
+            Task {
+                try? await Task.sleep(for: timeout)
+                box.finish(false)
+            }
+        }
+    }
+
+    private func checkCertificateExpiry() {
+        guard case .certificate(let certificate) = credentials else { return }
+        let days = Int(configuration.certificateExpiryWarning.components.seconds / 86_400)
+        let remaining = certificate.notAfter - configuration.clock.nowSeconds()
+        metrics.set("certificate_seconds_left_\(certificate.subjectUserID ?? "unknown")", Int(remaining))
+        if certificate.expiresWithin(days: days, clock: configuration.clock) {
+            metrics.increment("certificates_expiring")
+            logger.warning("APNs certificate expires soon: renew and deploy it", [
+                "subject": certificate.subject, "not_after": "\(certificate.notAfter)", "days_left": "\(remaining / 86_400)",
+            ])
+        }
+    }
+}
+
+/// Resumes a continuation with the first value offered.
+private final class FirstResult: Sendable {
+    private let slot = Mutex<CheckedContinuation<Bool, Never>?>(nil)
+    func set(_ continuation: CheckedContinuation<Bool, Never>) { slot.withLock { $0 = continuation } }
+    func finish(_ value: Bool) {
+        let continuation = slot.withLock { slot in
+            defer { slot = nil }
+            return slot
+        }
+        continuation?.resume(returning: value)
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down.
+    var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

@@ -1,0 +1,34 @@
+/// How a pool of connections authenticates to APNs (apns-reference.md §4 and §5).
+///
+/// One connection serves one team (token auth) or one certificate: the client keeps a pool per
+/// (credentials, environment), so two `APNsCredentials` values that wrap the same object share
+/// their pools.
+public enum APNsCredentials: Sendable {
+    /// Token-based authentication: every request carries `authorization: bearer <JWT>` from this
+    /// cache, which holds the one JWT of its (team, key) pair for all connections.
+    case token(APNsProviderTokenCache)
+    /// Certificate-based authentication: the certificate and its key are the TLS client certificate
+    /// (mutual TLS); requests carry no `authorization` header.
+    case certificate(APNsCertificateCredentials)
+
+    /// Identifies the wrapped object: pools are keyed by it.
+    var identity: ObjectIdentifier {
+        switch self {
+        case .token(let cache): ObjectIdentifier(cache)
+        case .certificate(let certificate): ObjectIdentifier(certificate)
+        }
+    }
+
+    /// `token(TEAMID/KEYID)` or `certificate(<subject>)`, for logs; never a secret.
+    var label: String {
+        switch self {
+        case .token(let cache): "token(\(cache.teamID)/\(cache.keyID))"
+        case .certificate(let certificate): "certificate(\(certificate.subjectUserID ?? certificate.subject))"
+        }
+    }
+
+    var providerTokens: APNsProviderTokenCache? {
+        if case .token(let cache) = self { return cache }
+        return nil
+    }
+}

@@ -1,0 +1,141 @@
+import APNs
+import APNsSimulator
+import Foundation
+import HTTP2
+import ServiceCore
+import Synchronization
+import Testing
+
+/// Every reason of apns-reference.md §3, answered by the simulator, is handled by the action of
+/// DESIGN.md's retry rules: how often it is sent, on which connections, with which JWT.
+@Suite(.serialized, .timeLimit(.minutes(1))) struct ReasonTests {
+    @Test func everyDocumentedReasonGetsItsAction() async throws {
+        try await withSimulator { harness in
+            for (index, reason) in APNsReason.documented.enumerated() {
+                harness.simulator.reset()
+                var configuration = harness.configuration()
+                configuration.retry.maxAttempts = 3
+                let tokens = try harness.credentials.tokens(clock: harness.clock)
+                let client = APNsClient(configuration: configuration, tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical))
+                if reason == .expiredProviderToken {
+                    // A JWT at least 20 minutes old may be replaced (the cache's rule).
+                    #expect(try await client.send(alert(1000 + index), environment: .production).status == 200)
+                    harness.clock.advance(by: .seconds(25 * 60))
+                    harness.simulator.reset()
+                }
+                var faults = APNsSimulatorFaults()
+                faults.reasonShares = [reason: 1.0]
+                harness.simulator.setFaults(faults)
+
+                let response = try await client.send(alert(index), environment: .production)
+                let records = harness.simulator.receivedRequests().filter { $0.path.hasSuffix(deviceToken(index).hex) }
+                #expect(response.reason == reason, "\(reason)")
+                #expect(response.status == reason.httpStatus)
+                #expect(response.action == reason.action, "\(reason)")
+                #expect(records.count == response.attempts, "\(reason)")
+                let connections = Set(records.map(\.connectionID))
+                let jwts = records.map { $0.header("authorization") }
+                switch reason.action {
+                case .reject, .deactivateToken:
+                    #expect(response.attempts == 1, "\(reason) must not be retried")
+                case .retryWithBackoff, .backOffDeviceToken:
+                    #expect(response.attempts == 3, "\(reason) is retried up to maxAttempts")
+                case .retryOnNewConnection:
+                    #expect(response.attempts == 3)
+                    #expect(connections.count == 3, "\(reason): each retry on a new connection")
+                case .refreshProviderTokenAndRetryOnce:
+                    #expect(response.attempts == 2, "ExpiredProviderToken is retried once")
+                    #expect(connections.count == 2, "on a new connection")
+                    #expect(Set(jwts).count == 2, "with a new JWT")
+                case .retryAfterDelayKeepingJWT:
+                    #expect(response.attempts == 3)
+                    #expect(Set(jwts).count == 1, "the JWT is kept")
+                    #expect(client.metrics["provider_token_updates_refused"] == 3, "alert metric")
+                }
+                if reason.raisesAlert { #expect(client.metrics["alerts"] >= 1, "\(reason) raises an alert") }
+                await client.shutdown()
+            }
+        }
+    }
+
+    @Test func tooManyRequestsHoldsBackOnlyThatDeviceToken() async throws {
+        var faults = APNsSimulatorFaults()
+        faults.tokenRateLimit = .init(maxPushes: 1, window: .seconds(1))
+        try await withSimulator(faults: faults) { harness in
+            var configuration = harness.configuration()
+            configuration.retry.tooManyRequestsDelay = .milliseconds(400)
+            let client = try harness.tokenClient(configuration)
+            defer { Task { await client.shutdown() } }
+            #expect(try await client.send(alert(1), environment: .production).status == 200)
+            let clock = ContinuousClock()
+            let start = clock.now
+            // Token 1 is over its limit: 429, held back; token 2 goes through meanwhile.
+            async let held = client.send(alert(1), environment: .production)
+            try await Task.sleep(for: .milliseconds(100))
+            let other = try await client.send(alert(2), environment: .production)
+            let otherDone = start.duration(to: clock.now)
+            #expect(other.status == 200 && other.attempts == 1)
+            harness.clock.advance(by: .seconds(2))  // the simulator's rate window ends
+            let retried = try await held
+            let heldDone = start.duration(to: clock.now)
+            #expect(retried.status == 200 && retried.attempts == 2)
+            #expect(otherDone < .milliseconds(300), "another token is not held back: \(otherDone)")
+            #expect(heldDone >= .milliseconds(250), "the throttled token waited: \(heldDone)")
+        }
+    }
+
+    @Test func retriesNeverGoPastTheNotificationsExpiration() async throws {
+        var faults = APNsSimulatorFaults()
+        faults.statusShares = [500: 1.0]
+        try await withSimulator(faults: faults) { harness in
+            var configuration = harness.configuration()
+            configuration.retry.backoff = .init(initial: .seconds(2), maximum: .seconds(2))  // 1–2 s with jitter
+            let client = try harness.tokenClient(configuration)
+            defer { Task { await client.shutdown() } }
+            let soon = alert(1, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 1))
+            let response = try await client.send(soon, environment: .production)
+            #expect(response.status == 500 && response.attempts == 1, "a retry would land after the expiration")
+            configuration.retry.backoff = .init(initial: .milliseconds(5), maximum: .milliseconds(5))
+            configuration.retry.maxAttempts = 4
+            let patient = try harness.tokenClient(configuration)
+            defer { Task { await patient.shutdown() } }
+            let later = alert(2, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 3600))
+            #expect(try await patient.send(later, environment: .production).attempts == 4)
+        }
+    }
+
+    @Test func unknownReasonIsARejectionWithAMetricNeverACrash() async throws {
+        let credentials = try await Credentials.shared.value
+        ProcessSignals.ignoreSIGPIPE()
+        let hits = Counter()
+        let server = try HTTP2Server.start(configuration: .init(
+            tls: HTTP2ServerTLS(certificateChainFile: credentials.path("server-cert.pem"), privateKeyFile: credentials.path("server-key.pem"))
+        )) { request, responder in
+            hits.add()
+            let status = request.path.hasSuffix(deviceToken(1).hex) ? 503 : 400
+            responder.respond(HTTP2ServerResponse(status: status, headers: [HTTP2Header("content-type", "application/json")],
+                                                  body: Array(#"{"reason":"BrandNewReason"}"#.utf8)))
+        }
+        defer { server.close() }
+        var configuration = APNsClient.Configuration()
+        configuration.production = .init(host: "127.0.0.1", port: server.port)
+        configuration.caFile = credentials.path("server-cert.pem")
+        configuration.connectionsPerPool = 1
+        let client = APNsClient(configuration: configuration, tokens: try credentials.tokens(clock: SystemWallClock()),
+                                logger: Logger(label: "apns.test", logLevel: .critical))
+        defer { Task { await client.shutdown() } }
+        for index in [0, 1] {
+            let response = try await client.send(alert(index), environment: .production)
+            #expect(response.reason == .unknown("BrandNewReason"))
+            #expect(response.hasUnknownReason && response.attempts == 1)
+        }
+        #expect(hits.value == 2, "an unknown reason is never retried, even with 503")
+        #expect(client.metrics["unknown_reasons"] == 2)
+    }
+}
+
+final class Counter: Sendable {
+    private let count = Atomic<Int>(0)
+    func add() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
+}
