@@ -78,7 +78,9 @@ final class SimulatorState: Sendable {
         startRegistrations = configuration.registrations
         startInvalidations = configuration.invalidations
         recorder = Recorder(limit: configuration.recordLimit)
-        shared = Mutex(Shared(box: FaultsBox(configuration.faults)))
+        var initial = Shared(box: FaultsBox(configuration.faults))
+        initial.updateRegistryInUse()  // a token rate limit set at start applies from the first push
+        shared = Mutex(initial)
         for registration in startRegistrations { try register(registration) }
         for invalidation in startInvalidations { try invalidate(invalidation) }
     }

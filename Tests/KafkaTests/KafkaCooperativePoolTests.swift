@@ -41,7 +41,9 @@ struct KafkaCooperativePoolTests {
             try await Task.sleep(for: .milliseconds(10))
             ticks += 1
         }
-        #expect(ticks >= 100, "only \(ticks) ticks: the cooperative pool was blocked")
+        // A blocking call on the pool stalls the ticker for whole poll intervals (a few ticks in 2 s);
+        // other tests sharing the two cores only slow it (about 80 seen under full load).
+        #expect(ticks >= 40, "only \(ticks) ticks: the cooperative pool was blocked")
         try await TestSupport.eventually("records reach the consumers") { received.current > 0 }
         writer.cancel()
         _ = await writer.result
