@@ -166,6 +166,14 @@ public final class SendRequestProcessor: Sendable {
             let token = try DeviceToken(validating: stored.deviceToken)
             let apnsRequest = template.request(for: token)
             report.apnsID = apnsRequest.apnsID?.uuidString ?? ""
+            if case .at(let seconds) = template.expiration, seconds * 1000 <= clock.nowMilliseconds() {
+                // Its apns-expiration passed while it waited (a Kafka backlog, an outage): Apple would
+                // store it for no one; it is not sent.
+                report.outcome = .failed
+                report.apnsReason = "Expired"
+                report.completedAtMs = clock.nowMilliseconds()
+                return try await publishOutcome(report)
+            }
             report.sentAtMs = clock.nowMilliseconds()
             do {
                 let response = try await sender.send(apnsRequest, environment: stored.environment)
@@ -199,6 +207,12 @@ public final class SendRequestProcessor: Sendable {
                 logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
             }
         }
+        return try await publishOutcome(report)
+    }
+
+    /// Records the final outcome in `send_log`, then publishes its report (in that order: a
+    /// redelivered request re-publishes what was recorded instead of sending again).
+    private func publishOutcome(_ report: DeliveryReport) async throws -> DeliveryReport {
         let event = feedback.event(id: report.eventID, .deliveryReport(report))
         let bytes = event.serializedBytes()
         try await store.recordOutcome(report, event: bytes)

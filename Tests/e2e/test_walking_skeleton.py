@@ -279,3 +279,27 @@ def test_oversized_registrations_are_refused_without_buffering_them():
         with pytest.raises(grpc.RpcError) as caught:
             call(registry.RegisterTokenRequest(device=device), timeout=10)
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_notification_whose_expiration_passed_is_not_sent():
+    token = stack.random_token()
+    request_id = f"expired-{uuid.uuid4()}"
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    request = send.SendRequest(
+        request_id=request_id, device_tokens=send.DeviceTokens(device_tokens=[token]),
+        notification=send.Notification(bundle_id="com.example.e2e", environment=common.Environment.Value("SANDBOX"),
+                                       push_type=common.PushType.Value("PUSH_TYPE_ALERT"),
+                                       expiration=int(time.time()) - 60, payload='{"aps":{"alert":"too late"}}'))
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        stack.send_request(request)
+        events = stack.decode_feedback(reader.read_until(
+            lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
+                           for e in stack.decode_feedback(rs)), timeout=60))
+    finally:
+        reader.close()
+    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
+              and e.delivery_report.request_id == request_id][0]
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("FAILED")
+    assert (report.apns_reason, report.attempts, report.http_status) == ("Expired", 0, 0)
+    assert not [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
