@@ -9,9 +9,10 @@ import Synchronization
 /// `push-dispatcher`), applies the events to PostgreSQL, sends the requests, and commits each
 /// record's offset only after its work is done and its outcomes were acknowledged by Kafka.
 ///
-/// This version handles one record at a time; a failure of PostgreSQL or Kafka retries the same
-/// record with exponential backoff (it never skips one), and a malformed record goes to the
-/// dead-letter topic.
+/// Partitions proceed independently (one worker per partition, records of a partition in order), so
+/// a slow request holds back only the records behind it on its partition. A failure of PostgreSQL
+/// or Kafka retries the same record with exponential backoff (it never skips one), and a malformed
+/// record goes to the dead-letter topic.
 public final class Dispatcher: Sendable {
     private let configuration: DispatcherConfiguration
     private let store: TokenStore
@@ -19,7 +20,8 @@ public final class Dispatcher: Sendable {
     private let feedback: FeedbackPublisher
     private let clock: any WallClock
     private let logger: Logger
-    private let busy = Atomic<Bool>(false)
+    /// The lane of each partition this replica is working on.
+    private let lanes = Mutex<[KafkaTopicPartition: PartitionLane]>([:])
 
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
                 producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher")) {
@@ -61,10 +63,34 @@ public final class Dispatcher: Sendable {
         await consumer.close()
     }
 
+    /// Hands each record to the lane of its partition; each lane has a worker of its own.
     private func consume(_ consumer: KafkaConsumer) async {
-        for await message in consumer.messages {
-            busy.store(true, ordering: .sequentiallyConsistent)
-            defer { busy.store(false, ordering: .sequentiallyConsistent) }
+        await withTaskGroup(of: Void.self) { group in
+            for await message in consumer.messages {
+                let (lane, isNew) = lanes.withLock { lanes -> (PartitionLane, Bool) in
+                    if let lane = lanes[message.topicPartition] { return (lane, false) }
+                    let lane = PartitionLane(capacity: configuration.maxQueuedRecordsPerPartition)
+                    lanes[message.topicPartition] = lane
+                    return (lane, true)
+                }
+                if isNew { group.addTask { await self.work(lane, consumer) } }
+                await lane.push(message)
+                if Task.isCancelled { break }
+            }
+            let remaining = lanes.withLock { lanes -> [PartitionLane] in
+                defer { lanes.removeAll() }
+                return Array(lanes.values)
+            }
+            for lane in remaining {
+                lane.dropQueued()
+                lane.finish()
+            }
+        }
+    }
+
+    /// Processes one partition's records in offset order, committing each after its work.
+    private func work(_ lane: PartitionLane, _ consumer: KafkaConsumer) async {
+        while let message = await lane.next() {
             await withRetries("record \(message.topic)/\(message.partition)@\(message.offset)") {
                 do {
                     try await self.handle(message)
@@ -78,18 +104,25 @@ public final class Dispatcher: Sendable {
             await withRetries("commit \(message.topic)/\(message.partition)@\(message.offset.next)", giveUpOn: { ($0 as? KafkaError)?.code == .assignmentLost }) {
                 try await consumer.commit(topic: message.topic, partition: message.partition, offset: message.offset.next)
             }
-            if Task.isCancelled { break }
+            lane.done()
         }
     }
 
-    /// Lets a revocation proceed once the record in progress is finished and committed.
+    /// Lets a revocation proceed once the revoked partitions' records in progress are finished and
+    /// committed; their queued records are dropped (the next owner reads them from the committed
+    /// offset).
     private func watchRebalances(_ consumer: KafkaConsumer) async {
         for await event in consumer.events {
             switch event {
             case .partitionsAssigned(let partitions):
                 logger.info("partitions assigned", ["partitions": partitions.map { "\($0)" }.joined(separator: ",")])
             case .partitionsRevoked(let revocation):
-                while busy.load(ordering: .sequentiallyConsistent) {
+                let revoked = lanes.withLock { lanes in revocation.partitions.compactMap { lanes.removeValue(forKey: $0) } }
+                for lane in revoked {
+                    lane.dropQueued()
+                    lane.finish()
+                }
+                while revoked.contains(where: \.isBusy) {
                     try? await Task.sleep(for: .milliseconds(5))
                 }
                 logger.info("partitions revoked", ["partitions": revocation.partitions.map { "\($0)" }.joined(separator: ",")])

@@ -26,6 +26,9 @@ public struct DispatcherConfiguration: Sendable {
     /// (database or Kafka unavailable); doubles up to `maximumRetryDelay`.
     public var initialRetryDelay: Duration = .milliseconds(200)
     public var maximumRetryDelay: Duration = .seconds(10)
+    /// Records of one partition taken from the consumer but not yet handled; when a partition's
+    /// lane is full, the consumer stops handing out records. Default 100.
+    public var maxQueuedRecordsPerPartition = 100
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

@@ -74,21 +74,22 @@ def kafka_config() -> dict[str, str]:
     return {"bootstrap.servers": stack_env()["PUSH_KAFKA_BOOTSTRAP"]}
 
 
-def produce(topic: str, key: bytes, value: bytes, content_type: str) -> None:
+def produce(topic: str, key: bytes, value: bytes, content_type: str, partition: int | None = None) -> None:
     from confluent_kafka import Producer
     producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True})
     errors: list = []
+    extra = {} if partition is None else {"partition": partition}
     producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())],
-                     on_delivery=lambda err, msg: errors.append(err) if err else None)
+                     on_delivery=lambda err, msg: errors.append(err) if err else None, **extra)
     producer.flush(15)
     if errors:
         raise RuntimeError(f"produce to {topic} failed: {errors}")
 
 
-def send_request(request) -> None:
-    """Produces a push.v1.SendRequest (protobuf) keyed by its request id."""
+def send_request(request, partition: int | None = None) -> None:
+    """Produces a push.v1.SendRequest (protobuf) keyed by its request id (to `partition` if given)."""
     produce(SEND_REQUESTS, request.request_id.encode(), request.SerializeToString(),
-            "application/x-protobuf; message=push.v1.SendRequest")
+            "application/x-protobuf; message=push.v1.SendRequest", partition)
 
 
 class TopicReader:

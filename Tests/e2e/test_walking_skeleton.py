@@ -303,3 +303,42 @@ def test_a_notification_whose_expiration_passed_is_not_sent():
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("FAILED")
     assert (report.apns_reason, report.attempts, report.http_status) == ("Expired", 0, 0)
     assert not [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+
+
+def token_request(request_id: str, token: str):
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    return send.SendRequest(
+        request_id=request_id, device_tokens=send.DeviceTokens(device_tokens=[token]),
+        notification=send.Notification(bundle_id="com.example.e2e", environment=common.Environment.Value("SANDBOX"),
+                                       push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"x"}}'))
+
+
+def test_a_stuck_request_holds_back_only_its_own_partition():
+    stuck_token, free_token = stack.random_token(), stack.random_token()
+    stuck_id, free_id = f"stuck-{uuid.uuid4()}", f"free-{uuid.uuid4()}"
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        stack.simulator_admin("/admin/faults", "PUT", {"unanswered_share": 1.0})
+        stack.send_request(token_request(stuck_id, stuck_token), partition=0)
+        wait_for(lambda: [r for r in stack.simulator_admin("/admin/requests")["requests"]
+                          if r["path"] == f"/3/device/{stuck_token}"], what="the stuck push reaching the simulator")
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        stack.send_request(token_request(free_id, free_token), partition=1)
+
+        def report_of(request_id):
+            return lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
+                                  for e in stack.decode_feedback(rs))
+
+        # Delivered while the other partition still waits for Apple's answer (30 s request timeout).
+        started = time.monotonic()
+        reader.read_until(report_of(free_id), timeout=15)
+        assert time.monotonic() - started < 15
+        # Dropping the connection makes the client resend the unanswered push; now it is answered.
+        stack.simulator_admin("/admin/connections/drop", "POST", {})
+        events = stack.decode_feedback(reader.read_until(report_of(stuck_id), timeout=60))
+    finally:
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        reader.close()
+    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
+              and e.delivery_report.request_id == stuck_id][0]
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
