@@ -144,6 +144,16 @@ def decode_feedback(records) -> list:
     return events
 
 
+def delivery_report(reader: TopicReader, request_id: str, timeout: float = 60.0):
+    """Reads the feedback topic until the first DeliveryReport of `request_id` and returns it."""
+    def found(records):
+        return any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
+                   for e in decode_feedback(records))
+    events = decode_feedback(reader.read_until(found, timeout=timeout))
+    return [e.delivery_report for e in events
+            if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id][0]
+
+
 def psql(sql: str) -> list[list[str]]:
     """Runs sql against the stack's database; rows as lists of text fields."""
     out = subprocess.run(["psql", stack_env()["PUSH_PG_URL"], "-At", "-F", "\t", "-c", sql],

@@ -194,13 +194,9 @@ def test_json_send_request_to_an_explicit_token_is_delivered_byte_for_byte():
     reader = stack.TopicReader(stack.FEEDBACK)
     try:
         stack.produce(stack.SEND_REQUESTS, request_id.encode(), body.encode(), "application/json")
-        events = stack.decode_feedback(reader.read_until(
-            lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
-                           for e in stack.decode_feedback(rs)), timeout=60))
+        report = stack.delivery_report(reader, request_id)
     finally:
         reader.close()
-    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
-              and e.delivery_report.request_id == request_id][0]
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
     assert report.environment == stack.pb("common_pb2").Environment.Value("SANDBOX")
     received = [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
@@ -293,13 +289,9 @@ def test_a_notification_whose_expiration_passed_is_not_sent():
     reader = stack.TopicReader(stack.FEEDBACK)
     try:
         stack.send_request(request)
-        events = stack.decode_feedback(reader.read_until(
-            lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
-                           for e in stack.decode_feedback(rs)), timeout=60))
+        report = stack.delivery_report(reader, request_id)
     finally:
         reader.close()
-    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
-              and e.delivery_report.request_id == request_id][0]
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("FAILED")
     assert (report.apns_reason, report.attempts, report.http_status) == ("Expired", 0, 0)
     assert not [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
@@ -325,20 +317,12 @@ def test_a_stuck_request_holds_back_only_its_own_partition():
         stack.simulator_admin("/admin/faults", "PUT", {})
         stack.send_request(token_request(free_id, free_token), partition=1)
 
-        def report_of(request_id):
-            return lambda rs: any(e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id
-                                  for e in stack.decode_feedback(rs))
-
         # Delivered while the other partition still waits for Apple's answer (30 s request timeout).
-        started = time.monotonic()
-        reader.read_until(report_of(free_id), timeout=15)
-        assert time.monotonic() - started < 15
+        stack.delivery_report(reader, free_id, timeout=15)
         # Dropping the connection makes the client resend the unanswered push; now it is answered.
         stack.simulator_admin("/admin/connections/drop", "POST", {})
-        events = stack.decode_feedback(reader.read_until(report_of(stuck_id), timeout=60))
+        report = stack.delivery_report(reader, stuck_id)
     finally:
         stack.simulator_admin("/admin/faults", "PUT", {})
         reader.close()
-    report = [e.delivery_report for e in events if e.WhichOneof("event") == "delivery_report"
-              and e.delivery_report.request_id == stuck_id][0]
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
