@@ -53,17 +53,19 @@ let package = Package(
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
-        .target(name: "PostgresTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PostgresTestSupport"),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PostgresTestSupport", "ServiceCore"]),
+        // Helpers shared by test targets: a real PostgreSQL per suite, running outside programs.
+        .target(name: "PushTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PushTestSupport"),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PushTestSupport", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
-            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "ServiceCore"], exclude: ["Python"]),
-        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "ServiceCore"], exclude: ["Python"]),
+            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushTestSupport", "ServiceCore"],
+            exclude: ["Python"]),
+        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "DispatcherCoreTests",
-            dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PostgresTestSupport", "PushMessages", "ServiceCore"]),
+            dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),

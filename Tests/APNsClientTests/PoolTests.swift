@@ -1,6 +1,7 @@
 import APNs
 import APNsSimulator
 import Foundation
+import PushTestSupport
 import HTTP2
 import ServiceCore
 import Synchronization

@@ -1,37 +1,17 @@
 import APNs
 import APNsSimulator
 import Foundation
+import PushTestSupport
 import HTTP2
 import ServiceCore
 import Testing
 
-/// Runs a program to completion without blocking the cooperative pool.
+/// Runs a program to completion without blocking the cooperative pool (`PushTestSupport.runProgram`).
 func run(_ arguments: [String], directory: URL? = nil) async throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = directory }
-    let log = FileManager.default.temporaryDirectory.appendingPathComponent("apns-client-\(UUID().uuidString).log")
-    _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-    let handle = try FileHandle(forWritingTo: log)
-    process.standardOutput = handle
-    process.standardError = handle
-    let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-        process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-        do { try process.run() } catch { continuation.resume(throwing: error) }
-    }
-    try? handle.close()
-    let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-    try? FileManager.default.removeItem(at: log)
-    return (status, output)
+    try await runProgram(arguments, directory: directory)
 }
 
 let pythonDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python")
-
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
 
 /// Credentials made with the openssl CLI in a temporary directory at test time (never committed):
 /// the simulator's server certificate, two teams' `.p8` keys, a provider CA with an app

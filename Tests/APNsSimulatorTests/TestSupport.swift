@@ -1,30 +1,13 @@
 import APNs
 import APNsSimulator
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Testing
 
-/// Runs a program to completion without blocking the cooperative pool (the wait happens in
-/// `terminationHandler`); stdout and stderr go to temporary files, so large output cannot stall it.
+/// Runs a program to completion without blocking the cooperative pool (`PushTestSupport.runProgram`).
 func run(_ arguments: [String], environment: [String: String] = [:], directory: URL? = nil) async throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    if let directory { process.currentDirectoryURL = directory }
-    let log = FileManager.default.temporaryDirectory.appendingPathComponent("apns-sim-\(UUID().uuidString).log")
-    _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-    let handle = try FileHandle(forWritingTo: log)
-    process.standardOutput = handle
-    process.standardError = handle
-    let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-        process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-        do { try process.run() } catch { continuation.resume(throwing: error) }
-    }
-    try? handle.close()
-    let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-    try? FileManager.default.removeItem(at: log)
-    return (status, output)
+    try await runProgram(arguments, environment: environment, directory: directory)
 }
 
 /// Test credentials made with the openssl CLI in a temporary directory (never committed): the
@@ -104,11 +87,6 @@ struct Credentials: Sendable {
         configuration.eventLoopCount = 1
         return configuration
     }
-}
-
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
 }
 
 let pythonDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python")

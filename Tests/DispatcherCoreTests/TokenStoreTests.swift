@@ -1,7 +1,7 @@
 import APNs
 import Foundation
 import Postgres
-import PostgresTestSupport
+import PushTestSupport
 import PushMessages
 import ServiceCore
 import Testing

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 /// Swift's cooperative pool has two threads here: if libpq calls ran on it, four concurrent

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 @Suite(.testDatabase, .timeLimit(.minutes(1)))

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 @Suite(.testDatabase, .serialized, .timeLimit(.minutes(1)))

@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
 import Synchronization
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 @Suite(.testDatabase, .timeLimit(.minutes(1)))

@@ -2,7 +2,7 @@ import Foundation
 import Postgres
 import ServiceCore
 import Synchronization
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 @Suite(.testDatabase, .timeLimit(.minutes(1)))

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import PostgresTestSupport
+import PushTestSupport
 import Testing
 
 /// A private server on its own port and data directory (through `scripts/postgres-dev` with
