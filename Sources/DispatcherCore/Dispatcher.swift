@@ -5,23 +5,64 @@ import PushMessages
 import ServiceCore
 import Synchronization
 
-/// The dispatcher service: consumes token events and send requests (consumer group
-/// `push-dispatcher`), applies the events to PostgreSQL, sends the requests, and commits each
-/// record's offset only after its work is done and its outcomes were acknowledged by Kafka.
+/// The dispatcher's engine: consumes token events and send requests (consumer group
+/// `push-dispatcher`), applies the events to PostgreSQL, sends the requests, and stores each
+/// partition's offset only up to the end of its longest finished prefix (docs/dispatcher-engine.md).
 ///
-/// Partitions proceed independently (one worker per partition, records of a partition in order), so
-/// a slow request holds back only the records behind it on its partition. A failure of PostgreSQL
-/// or Kafka retries the same record with exponential backoff (it never skips one), and a malformed
-/// record goes to the dead-letter topic.
+/// - Send requests of a partition run in parallel (at most `maxInFlightPerPartition`); requests with
+///   the same key (request id) run in offset order. Token events run in offset order, in batches.
+/// - A failure of PostgreSQL or Kafka retries the same record with backoff, without holding other
+///   records back; a record caused to fail by its content goes to the dead-letter topic.
+/// - Graceful shutdown (`run(shutdown:)`) stops intake, lets running records finish, abandons the
+///   rest unfinished and closes the consumer; cancellation abandons everything still running.
 public final class Dispatcher: Sendable {
     private let configuration: DispatcherConfiguration
     private let store: TokenStore
     private let processor: SendRequestProcessor
     private let feedback: FeedbackPublisher
+    private let producer: KafkaProducer
     private let clock: any WallClock
     private let logger: Logger
-    /// The lane of each partition this replica is working on.
-    private let lanes = Mutex<[KafkaTopicPartition: PartitionLane]>([:])
+    private let engine = Mutex(EngineState())
+
+    /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
+    /// reset (revoked, re-read) since it started.
+    private struct Slot {
+        var generation: Int
+        var scheduler: PartitionScheduler
+    }
+
+    private struct Worker {
+        var partition: KafkaTopicPartition
+        var task: Task<Void, Never>?
+        /// Waiting on a retry timer: abandoned first when the process stops or the partition moves.
+        var retrying = false
+    }
+
+    private struct EngineState {
+        var slots: [KafkaTopicPartition: Slot] = [:]
+        var workers: [Int: Worker] = [:]
+        var nextID = 0
+        var stopping = false
+        var intakeWaiter: CheckedContinuation<Void, Never>?
+        var idleWaiters: [Int: (partitions: Set<KafkaTopicPartition>?, continuation: CheckedContinuation<Void, Never>)] = [:]
+
+        var pending: Int { slots.values.reduce(0) { $0 + $1.scheduler.pending } }
+
+        func isIdle(_ partitions: Set<KafkaTopicPartition>?) -> Bool {
+            workers.values.allSatisfy { worker in partitions.map { !$0.contains(worker.partition) } ?? false }
+        }
+
+        /// Waiters whose partitions have no worker any more.
+        mutating func idleWaitersToWake() -> [CheckedContinuation<Void, Never>] {
+            var woken: [CheckedContinuation<Void, Never>] = []
+            for (id, waiter) in idleWaiters where isIdle(waiter.partitions) {
+                idleWaiters[id] = nil
+                woken.append(waiter.continuation)
+            }
+            return woken
+        }
+    }
 
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
                 producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher")) {
@@ -29,103 +70,294 @@ public final class Dispatcher: Sendable {
         self.store = store
         self.clock = clock
         self.logger = logger
-        self.feedback = FeedbackPublisher(producer: producer, topics: configuration.topics, clock: clock)
+        self.producer = producer
+        self.feedback = FeedbackPublisher(
+            producer: producer, topics: configuration.topics, clock: clock,
+            deadLetterMaxBytes: min(configuration.deadLetterMaxBytes, producer.maxMessageBytes - 1024), logger: logger)
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
-            clock: clock, logger: logger)
+            clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications)
     }
 
-    /// Migrates the schema, joins the consumer group and processes records until the task is
-    /// cancelled; then leaves the group cleanly.
+    /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
+    /// then stops gracefully: intake stops, running records finish, the finished prefix is stored and
+    /// the consumer leaves the group (committing it). Cancelling the calling task abandons the records
+    /// still running: they are never stored.
     /// - Throws: `PostgresError` when migrations fail, `KafkaError` when the consumer cannot start.
-    public func run() async throws {
+    public func run(shutdown: GracefulShutdown) async throws {
         try await store.migrate()
         var consumerConfiguration = KafkaConsumerConfiguration(
             bootstrapServers: configuration.bootstrapServers, groupID: configuration.consumerGroup,
             topics: [configuration.topics.tokenEvents, configuration.topics.sendRequests])
         consumerConfiguration.clientID = "dispatcher-\(configuration.instanceID)"
         consumerConfiguration.sessionTimeout = configuration.sessionTimeout
+        consumerConfiguration.groupInstanceID = configuration.groupInstanceID
+        consumerConfiguration.rebalanceProtocol = .cooperative
+        consumerConfiguration.offsetCommit = .storedOffsets(autoCommitInterval: configuration.autoCommitInterval)
+        consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
-        logger.info("dispatcher ready", ["group": configuration.consumerGroup, "instance": configuration.instanceID])
+        logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
 
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.watchRebalances(consumer) }
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await self.consume(consumer)
-                } onCancel: {
-                    Task { await consumer.close() }
-                }
-            }
-            await group.next()
-            group.cancelAll()
+        let intake = Task { await self.intake(consumer) }
+        let rebalances = Task { await self.watchRebalances(consumer) }
+        await shutdown.wait()
+        logger.info("dispatcher stopping: intake stopped, waiting for running records")
+        intake.cancel()
+        await intake.value
+        let dropped = stopAll()
+        if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
+        await withTaskCancellationHandler {
+            await waitUntilIdle(nil)
+        } onCancel: {
+            self.cancelWorkers(of: nil)
+        }
+        if Task.isCancelled {
+            logger.warning("shutdown escalated: unfinished records are abandoned, not stored")
+        }
+        do {
+            try await producer.flush(timeout: .seconds(10))
+        } catch {
+            logger.warning("producer flush on shutdown", ["error": "\(error)"])
         }
         await consumer.close()
+        rebalances.cancel()
+        logger.info("dispatcher stopped")
     }
 
-    /// Hands each record to the lane of its partition; each lane has a worker of its own.
-    private func consume(_ consumer: KafkaConsumer) async {
-        await withTaskGroup(of: Void.self) { group in
-            for await message in consumer.messages {
-                let (lane, isNew) = lanes.withLock { lanes -> (PartitionLane, Bool) in
-                    if let lane = lanes[message.topicPartition] { return (lane, false) }
-                    let lane = PartitionLane(capacity: configuration.maxQueuedRecordsPerPartition)
-                    lanes[message.topicPartition] = lane
-                    return (lane, true)
+    // MARK: Intake
+
+    /// Hands each record to its partition's scheduler and starts the workers it asks for. Waits while
+    /// the process holds `maxInFlightRecords` pending records (the consumer then pauses fetching).
+    private func intake(_ consumer: KafkaConsumer) async {
+        for await message in consumer.messages {
+            await waitForRoom()
+            if Task.isCancelled { return }
+            let partition = message.topicPartition
+            let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
+                guard !state.stopping else { return nil }
+                var slot = state.slots[partition] ?? newSlot(for: message.topic, state: &state)
+                if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
+                    // The consumer re-reads the partition from an older offset (it was revoked and
+                    // assigned again): start over; workers of the old generation are ignored.
+                    logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
+                    slot.scheduler.stop()
+                    slot = newSlot(for: message.topic, state: &state)
                 }
-                if isNew { group.addTask { await self.work(lane, consumer) } }
-                await lane.push(message)
-                if Task.isCancelled { break }
+                let start = slot.scheduler.receive(message)
+                let flow = slot.scheduler.flowChange()
+                state.slots[partition] = slot
+                if !start.isEmpty { spawnWorker(start, partition: partition, generation: slot.generation, consumer: consumer, state: &state) }
+                return flow
             }
-            let remaining = lanes.withLock { lanes -> [PartitionLane] in
-                defer { lanes.removeAll() }
-                return Array(lanes.values)
+            apply(flow, to: partition, consumer)
+        }
+    }
+
+    private func newSlot(for topic: String, state: inout EngineState) -> Slot {
+        state.nextID += 1
+        let mode: PartitionScheduler.Mode =
+            topic == configuration.topics.tokenEvents
+            ? .ordered(batchSize: configuration.tokenEventBatchSize)
+            : .parallel(maxInFlight: configuration.maxInFlightPerPartition)
+        return Slot(generation: state.nextID, scheduler: PartitionScheduler(mode: mode, pauseThreshold: configuration.pauseThresholdPerPartition))
+    }
+
+    private func apply(_ flow: PartitionScheduler.FlowChange?, to partition: KafkaTopicPartition, _ consumer: KafkaConsumer) {
+        switch flow {
+        case .pause?: consumer.pause([partition])
+        case .resume?: consumer.resume([partition])
+        case nil: break
+        }
+    }
+
+    private func waitForRoom() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = engine.withLock { state -> Bool in
+                    if state.pending < configuration.maxInFlightRecords || Task.isCancelled { return true }
+                    state.intakeWaiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
             }
-            for lane in remaining {
-                lane.dropQueued()
-                lane.finish()
+        } onCancel: {
+            engine.withLock { state in
+                defer { state.intakeWaiter = nil }
+                return state.intakeWaiter
+            }?.resume()
+        }
+    }
+
+    // MARK: Workers
+
+    /// Starts a worker for `records`; called with the engine locked (the task waits for the lock
+    /// before it touches the state, so its entry exists when it ends).
+    private func spawnWorker(
+        _ records: [KafkaMessage], partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer, state: inout EngineState
+    ) {
+        state.nextID += 1
+        let id = state.nextID
+        state.workers[id] = Worker(partition: partition)
+        state.workers[id]?.task = Task { await self.work(id: id, records, partition: partition, generation: generation, consumer: consumer) }
+    }
+
+    /// Handles records of one partition until its scheduler has nothing more for this worker.
+    private func work(id: Int, _ first: [KafkaMessage], partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) async {
+        var records = first
+        while !records.isEmpty {
+            let finished = await handleWithRetries(records, worker: id)
+            let (next, flow, woken, wake) = engine.withLock { state -> ([KafkaMessage], PartitionScheduler.FlowChange?, [CheckedContinuation<Void, Never>], CheckedContinuation<Void, Never>?) in
+                guard var slot = state.slots[partition], slot.generation == generation else { return ([], nil, [], nil) }
+                var next: [KafkaMessage]
+                if finished {
+                    let result = slot.scheduler.finish(records)
+                    next = result.next
+                    if let offset = result.store {
+                        // Stored under the lock, so that stores of one partition never go backwards.
+                        if consumer.storeOffsets([partition: offset])[partition] == .notAssigned {
+                            logger.info("partition no longer assigned: dropping its state", ["partition": "\(partition)"])
+                            slot.scheduler.stop()
+                        }
+                    }
+                } else {
+                    next = slot.scheduler.abandon(records)
+                }
+                if Task.isCancelled, !next.isEmpty {
+                    next = slot.scheduler.abandon(next)
+                }
+                let flow = slot.scheduler.flowChange()
+                state.slots[partition] = slot
+                if next.isEmpty { state.workers[id] = nil }
+                let waiter = state.pending < configuration.maxInFlightRecords ? state.intakeWaiter : nil
+                if waiter != nil { state.intakeWaiter = nil }
+                return (next, flow, state.idleWaitersToWake(), waiter)
+            }
+            apply(flow, to: partition, consumer)
+            wake?.resume()
+            woken.forEach { $0.resume() }
+            records = next
+        }
+        let woken = engine.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.workers[id] = nil
+            return state.idleWaitersToWake()
+        }
+        woken.forEach { $0.resume() }
+    }
+
+    /// Runs `handle` until it succeeds. Transient failures retry with exponential backoff; a record
+    /// retried past `stuckRecordThreshold` is logged once a minute.
+    /// - Returns: whether the records finished; false when cancelled or abandoned because the process
+    ///   is stopping (the records then stay unfinished and are never stored).
+    private func handleWithRetries(_ records: [KafkaMessage], worker: Int) async -> Bool {
+        var delay = configuration.initialRetryDelay
+        let startedAt = ContinuousClock.now
+        var lastStuckLog: ContinuousClock.Instant?
+        while true {
+            if Task.isCancelled { return false }
+            do {
+                try await handle(records)
+                return true
+            } catch {
+                if Task.isCancelled || error is CancellationError { return false }
+                if engine.withLock({ $0.stopping }) { return false }
+                let first = records[0]
+                let elapsed = ContinuousClock.now - startedAt
+                var fields = [
+                    "partition": "\(first.topicPartition)", "offset": "\(first.offset)",
+                    "key": first.key.map { String(decoding: $0, as: UTF8.self) } ?? "", "error": "\(error)",
+                ]
+                if elapsed >= configuration.stuckRecordThreshold,
+                   lastStuckLog.map({ ContinuousClock.now - $0 >= configuration.stuckRecordLogInterval }) ?? true
+                {
+                    lastStuckLog = .now
+                    fields["retrying_for_s"] = "\(elapsed.components.seconds)"
+                    logger.error("record stuck: still retrying", fields)
+                } else {
+                    fields["delay_ms"] = "\(delay.wholeMilliseconds)"
+                    logger.warning("retrying a record after a failure", fields)
+                }
+                engine.withLock { $0.workers[worker]?.retrying = true }
+                let slept: Void? = try? await Task.sleep(for: delay)
+                engine.withLock { $0.workers[worker]?.retrying = false }
+                if slept == nil { return false }
+                delay = min(delay * 2, configuration.maximumRetryDelay)
             }
         }
     }
 
-    /// Processes one partition's records in offset order, committing each after its work.
-    private func work(_ lane: PartitionLane, _ consumer: KafkaConsumer) async {
-        while let message = await lane.next() {
-            await withRetries("record \(message.topic)/\(message.partition)@\(message.offset)") {
-                do {
-                    try await self.handle(message)
-                } catch let error as PostgresError where error.isCausedByTheData {
-                    // Retrying cannot help a record the database refuses: keep it for operators and
-                    // go on, so that nothing blocks the partition behind it.
-                    self.logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
-                    try await self.feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
-                }
-            }
-            await withRetries("commit \(message.topic)/\(message.partition)@\(message.offset.next)", giveUpOn: { ($0 as? KafkaError)?.code == .assignmentLost }) {
-                try await consumer.commit(topic: message.topic, partition: message.partition, offset: message.offset.next)
-            }
-            lane.done()
+    // MARK: Stopping and rebalances
+
+    /// Stops every partition (queued records dropped) and cancels workers waiting on a retry timer.
+    /// - Returns: how many records were dropped.
+    private func stopAll() -> Int {
+        let (dropped, retrying) = engine.withLock { state -> (Int, [Task<Void, Never>]) in
+            state.stopping = true
+            var dropped = 0
+            for key in state.slots.keys { dropped += state.slots[key]!.scheduler.stop() }
+            return (dropped, state.workers.values.filter(\.retrying).compactMap(\.task))
         }
+        retrying.forEach { $0.cancel() }
+        return dropped
     }
 
-    /// Lets a revocation proceed once the revoked partitions' records in progress are finished and
-    /// committed; their queued records are dropped (the next owner reads them from the committed
-    /// offset).
+    /// Cancels the workers of `partitions` (all workers when nil).
+    private func cancelWorkers(of partitions: Set<KafkaTopicPartition>?) {
+        let tasks = engine.withLock { state in
+            state.workers.values.filter { partitions?.contains($0.partition) ?? true }.compactMap(\.task)
+        }
+        tasks.forEach { $0.cancel() }
+    }
+
+    /// Returns once no worker serves `partitions` (any partition when nil), or after `timeout`.
+    /// - Returns: whether they became idle.
+    @discardableResult
+    private func waitUntilIdle(_ partitions: Set<KafkaTopicPartition>?, timeout: Duration? = nil) async -> Bool {
+        let id = engine.withLock { state -> Int in
+            state.nextID += 1
+            return state.nextID
+        }
+        let timer = timeout.map { timeout in
+            Task {
+                try? await Task.sleep(for: timeout)
+                engine.withLock { $0.idleWaiters.removeValue(forKey: id) }?.continuation.resume()
+            }
+        }
+        defer { timer?.cancel() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = engine.withLock { state -> Bool in
+                if state.isIdle(partitions) { return true }
+                state.idleWaiters[id] = (partitions, continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+        return engine.withLock { $0.isIdle(partitions) }
+    }
+
+    /// Lets a revocation proceed once the revoked partitions' running records finished, at most
+    /// `revokeDrain` later; queued records are dropped, records on a retry timer are abandoned at once,
+    /// and records still running after the drain are cancelled (all of them stay unfinished).
     private func watchRebalances(_ consumer: KafkaConsumer) async {
         for await event in consumer.events {
             switch event {
             case .partitionsAssigned(let partitions):
                 logger.info("partitions assigned", ["partitions": partitions.map { "\($0)" }.joined(separator: ",")])
             case .partitionsRevoked(let revocation):
-                let revoked = lanes.withLock { lanes in revocation.partitions.compactMap { lanes.removeValue(forKey: $0) } }
-                for lane in revoked {
-                    lane.dropQueued()
-                    lane.finish()
+                let revoked = Set(revocation.partitions)
+                let retrying = engine.withLock { state -> [Task<Void, Never>] in
+                    for partition in revoked { state.slots[partition]?.scheduler.stop() }
+                    return state.workers.values.filter { revoked.contains($0.partition) && ($0.retrying || revocation.isLost) }.compactMap(\.task)
                 }
-                while revoked.contains(where: \.isBusy) {
-                    try? await Task.sleep(for: .milliseconds(5))
+                retrying.forEach { $0.cancel() }
+                let drained = revocation.isLost ? true : await waitUntilIdle(revoked, timeout: configuration.revokeDrain)
+                engine.withLock { state in
+                    for partition in revoked { state.slots[partition] = nil }
                 }
-                logger.info("partitions revoked", ["partitions": revocation.partitions.map { "\($0)" }.joined(separator: ",")])
+                if !drained {
+                    logger.warning("revocation drain time over: cancelling records still running", ["partitions": revoked.map { "\($0)" }.joined(separator: ",")])
+                    cancelWorkers(of: revoked)
+                }
+                logger.info("partitions revoked", ["partitions": revocation.partitions.map { "\($0)" }.joined(separator: ","), "lost": "\(revocation.isLost)"])
                 revocation.finish()
             case .error(let error):
                 logger.warning("consumer error", ["error": "\(error)"])
@@ -133,57 +365,69 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    /// Handles one record; throws only for transient infrastructure failures.
-    func handle(_ message: KafkaMessage) async throws {
-        if message.topic == configuration.topics.tokenEvents {
-            let event: TokenEvent
-            do {
-                event = try TokenEventChecker.checked(message, nowMs: clock.nowMilliseconds())
-            } catch {
-                logger.warning("token event rejected", ["error": "\(error)", "offset": "\(message.offset)"])
-                try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
-                return
-            }
-            let applied = try await store.apply(event)
-            logger.debug("token event", ["event_id": event.eventID, "applied": "\(applied)"])
-        } else if message.topic == configuration.topics.sendRequests {
-            let request: SendRequest
-            do {
-                request = try SendRequestDecoder.decode(message)
-            } catch {
-                logger.warning("send request rejected", ["error": error.description, "offset": "\(message.offset)"])
-                try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
-                // Tell the producer too: its request finishes visibly, with the reason.
-                if let key = message.key, !key.isEmpty {
-                    var completed = RequestCompleted()
-                    completed.requestID = String(decoding: key, as: UTF8.self)
-                    completed.error = error.description
-                    completed.completedAtMs = clock.nowMilliseconds()
-                    try await feedback.publish(feedback.event(.requestCompleted(completed)), key: completed.requestID)
-                }
-                return
-            }
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds())
+    // MARK: Handling
+
+    /// Handles records of one partition (one send request, or a batch of token events); throws only
+    /// for transient infrastructure failures.
+    func handle(_ records: [KafkaMessage]) async throws {
+        guard let first = records.first else { return }
+        if first.topic == configuration.topics.tokenEvents {
+            try await applyTokenEvents(records)
+        } else if first.topic == configuration.topics.sendRequests {
+            for message in records { try await handleSendRequest(message) }
         }
     }
 
-    /// Runs `body` until it succeeds, backing off exponentially on errors, or until cancelled or
-    /// `giveUpOn` says the error is final.
-    private func withRetries(_ what: String, giveUpOn: (any Error) -> Bool = { _ in false }, _ body: () async throws -> Void) async {
-        var delay = configuration.initialRetryDelay
-        while true {
+    private func applyTokenEvents(_ records: [KafkaMessage]) async throws {
+        var events: [(KafkaMessage, TokenEvent)] = []
+        for message in records {
             do {
-                try await body()
-                return
+                events.append((message, try TokenEventChecker.checked(message, nowMs: clock.nowMilliseconds())))
             } catch {
-                if giveUpOn(error) || Task.isCancelled {
-                    logger.warning("giving up", ["what": what, "error": "\(error)"])
-                    return
-                }
-                logger.error("retrying after a failure", ["what": what, "error": "\(error)", "delay_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)"])
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, configuration.maximumRetryDelay)
+                logger.warning("token event rejected", ["error": "\(error)", "offset": "\(message.offset)"])
+                try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
             }
+        }
+        guard !events.isEmpty else { return }
+        do {
+            try await store.apply(events.map(\.1))
+        } catch let error as PostgresError where error.isCausedByTheData {
+            // One event of the batch is refused for its content: apply them one by one, so that only
+            // that one goes to the dead-letter topic.
+            for (message, event) in events {
+                do {
+                    try await store.apply(event)
+                } catch let error as PostgresError where error.isCausedByTheData {
+                    logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
+                    try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
+                }
+            }
+        }
+    }
+
+    private func handleSendRequest(_ message: KafkaMessage) async throws {
+        let request: SendRequest
+        do {
+            request = try SendRequestDecoder.decode(message)
+        } catch {
+            logger.warning("send request rejected", ["error": error.description, "offset": "\(message.offset)"])
+            try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+            // Tell the producer too: its request finishes visibly, with the reason.
+            if let key = message.key, !key.isEmpty {
+                var completed = RequestCompleted()
+                completed.requestID = String(decoding: key, as: UTF8.self)
+                completed.error = error.description
+                completed.completedAtMs = clock.nowMilliseconds()
+                try await feedback.publish(feedback.event(.requestCompleted(completed)), key: completed.requestID)
+            }
+            return
+        }
+        do {
+            try await processor.process(request, consumedAtMs: clock.nowMilliseconds())
+        } catch let error as PostgresError where error.isCausedByTheData {
+            // Retrying cannot help a record the database refuses: keep it for operators and go on.
+            logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
+            try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
         }
     }
 }

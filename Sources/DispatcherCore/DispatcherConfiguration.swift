@@ -26,9 +26,34 @@ public struct DispatcherConfiguration: Sendable {
     /// (database or Kafka unavailable); doubles up to `maximumRetryDelay`.
     public var initialRetryDelay: Duration = .milliseconds(200)
     public var maximumRetryDelay: Duration = .seconds(10)
-    /// Records of one partition taken from the consumer but not yet handled; when a partition's
-    /// lane is full, the consumer stops handing out records. Default 100.
-    public var maxQueuedRecordsPerPartition = 100
+    /// Send requests of one partition handled at once (records with the same key still run one after
+    /// the other). Default 256.
+    public var maxInFlightPerPartition = 256
+    /// Pending records (running and waiting) of one partition at which its fetching pauses
+    /// (`rd_kafka_pause_partitions`); it resumes at half. Default 1,024.
+    public var pauseThresholdPerPartition = 1_024
+    /// Records taken from the consumer and not yet finished, across all partitions; past it, intake
+    /// waits and the consumer pauses fetching. Default 10,000.
+    public var maxInFlightRecords = 10_000
+    /// Notifications of one request sent to APNs at once. Default 1,000.
+    public var maxInFlightNotifications = 1_000
+    /// Token events applied in one batch (one transaction). Default 500.
+    public var tokenEventBatchSize = 500
+    /// How long a revocation waits for the revoked partitions' running records before cancelling
+    /// them. Far below `max.poll.interval.ms`. Default 3 s.
+    public var revokeDrain: Duration = .seconds(3)
+    /// How often librdkafka commits the stored offsets (`auto.commit.interval.ms`). Default 200 ms.
+    public var autoCommitInterval: Duration = .milliseconds(200)
+    /// Static group membership (`group.instance.id`, KIP-345): a restart within the session timeout
+    /// keeps the assignment without a rebalance. Nil (dynamic membership) by default.
+    public var groupInstanceID: String?
+    /// A record retried longer than this is logged as stuck, once per `stuckRecordLogInterval`.
+    /// Defaults 60 s and 60 s.
+    public var stuckRecordThreshold: Duration = .seconds(60)
+    public var stuckRecordLogInterval: Duration = .seconds(60)
+    /// Largest dead letter produced, in bytes; the original value is cut to fit under this and the
+    /// producer's `message.max.bytes` less 1 KiB. Default 1,000,000.
+    public var deadLetterMaxBytes = 1_000_000
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

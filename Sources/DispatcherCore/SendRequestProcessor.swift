@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import PushMessages
 import ServiceCore
+import Synchronization
 
 /// Fans one send request out to its device tokens, sends each notification, and publishes a
 /// `DeliveryReport` per token and a `RequestCompleted` at the end.
@@ -16,12 +17,14 @@ public final class SendRequestProcessor: Sendable {
     private let defaultEnvironment: APNsEnvironment
     private let clock: any WallClock
     private let logger: Logger
-    private let maxInFlight: Int
+    /// Notifications sent at once across every request of this processor.
+    private let budget: AsyncSemaphore
 
-    /// - Parameter maxInFlight: notifications of one request sent concurrently. Default 1,000.
+    /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
+    ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
-        self.maxInFlight = max(1, maxInFlight)
+        self.budget = AsyncSemaphore(permits: maxInFlight)
         self.store = store
         self.sender = sender
         self.feedback = feedback
@@ -50,24 +53,12 @@ public final class SendRequestProcessor: Sendable {
         var counts = RequestCompleted()
         counts.requestID = request.requestID
         counts.requestedAtMs = requestedAt
-        // Tokens go out concurrently (the pool multiplexes them), at most `maxInFlight` at a time;
+        // Tokens go out concurrently (the pool multiplexes them), within the process-wide budget;
         // each outcome is recorded in send_log before its report is published (in `deliver`).
-        try await withThrowingTaskGroup(of: DeliveryOutcome.self) { group in
-            var inFlight = 0
-            func count(_ outcome: DeliveryOutcome) {
-                counts.total += 1
-                switch outcome {
-                case .delivered: counts.delivered += 1
-                case .rejected: counts.rejected += 1
-                case .failed: counts.failed += 1
-                default: counts.skipped += 1
-                }
-            }
+        let tally = Mutex(counts)
+        try await withThrowingDiscardingTaskGroup { group in
             for target in targets {
-                if inFlight >= maxInFlight, let outcome = try await group.next() {
-                    inFlight -= 1
-                    count(outcome)
-                }
+                try await budget.acquire()
                 let token: String
                 switch target {
                 case .send(let stored): token = stored.deviceToken
@@ -75,18 +66,29 @@ public final class SendRequestProcessor: Sendable {
                 }
                 let earlier = recorded[token]
                 group.addTask {
+                    defer { self.budget.release() }
+                    let outcome: DeliveryOutcome
                     if let bytes = earlier, let event = try? FeedbackEvent(protobufBytes: bytes),
                        case .deliveryReport(let report)? = event.event
                     {
                         try await self.feedback.publish(serialized: bytes, key: token)
-                        return report.outcome
+                        outcome = report.outcome
+                    } else {
+                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
                     }
-                    return try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
+                    tally.withLock { counts in
+                        counts.total += 1
+                        switch outcome {
+                        case .delivered: counts.delivered += 1
+                        case .rejected: counts.rejected += 1
+                        case .failed: counts.failed += 1
+                        default: counts.skipped += 1
+                        }
+                    }
                 }
-                inFlight += 1
             }
-            for try await outcome in group { count(outcome) }
         }
+        counts = tally.withLock { $0 }
         counts.completedAtMs = clock.nowMilliseconds()
         try await feedback.publish(feedback.event(.requestCompleted(counts)), key: request.requestID)
         logger.info("request completed", [
@@ -199,6 +201,9 @@ public final class SendRequestProcessor: Sendable {
                 }
             } catch let error as CancellationError {
                 throw error
+            } catch where Task.isCancelled {
+                // Stopped while sending: not an outcome. The record stays unfinished and is read again.
+                throw CancellationError()
             } catch {
                 report.attempts = UInt32(clamping: (error as? APNsError)?.attempts ?? 1)
                 report.completedAtMs = clock.nowMilliseconds()

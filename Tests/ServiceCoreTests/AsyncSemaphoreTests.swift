@@ -1,0 +1,57 @@
+import Synchronization
+import Testing
+
+@testable import ServiceCore
+
+@Suite(.timeLimit(.minutes(1))) struct AsyncSemaphoreTests {
+    @Test func neverMoreHoldersThanPermits() async throws {
+        let semaphore = AsyncSemaphore(permits: 3)
+        let holders = Atomic<Int>(0)
+        let highest = Atomic<Int>(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<200 {
+                group.addTask {
+                    try await semaphore.acquire()
+                    let now = holders.add(1, ordering: .relaxed).newValue
+                    highest.max(now, ordering: .relaxed)
+                    await Task.yield()
+                    holders.subtract(1, ordering: .relaxed)
+                    semaphore.release()
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(highest.load(ordering: .relaxed) <= 3)
+        #expect(highest.load(ordering: .relaxed) >= 1)
+        #expect(semaphore.availablePermits == 3)
+    }
+
+    @Test func aCancelledWaiterLeavesWithoutAPermit() async throws {
+        let semaphore = AsyncSemaphore(permits: 1)
+        try await semaphore.acquire()
+        let waiter = Task { try await semaphore.acquire() }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        semaphore.release()
+        #expect(semaphore.availablePermits == 1)
+    }
+
+    @Test func waitersAreServedInArrivalOrder() async throws {
+        let semaphore = AsyncSemaphore(permits: 1)
+        try await semaphore.acquire()
+        let order = Mutex<[Int]>([])
+        var tasks: [Task<Void, any Error>] = []
+        for index in 0..<5 {
+            tasks.append(Task {
+                try await semaphore.acquire()
+                order.withLock { $0.append(index) }
+                semaphore.release()
+            })
+            // Each waiter queues before the next starts.
+            while semaphore.queuedWaiters < index + 1 { await Task.yield() }
+        }
+        semaphore.release()
+        for task in tasks { try await task.value }
+        #expect(order.withLock { $0 } == [0, 1, 2, 3, 4])
+    }
+}
