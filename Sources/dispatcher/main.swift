@@ -2,19 +2,31 @@ import APNs
 import DispatcherCore
 import Foundation
 import Kafka
-import Postgres
 import ServiceCore
 
 // dispatcher: token events and send requests from Kafka → PostgreSQL and APNs → feedback.
+// One service group: SIGTERM/SIGINT → graceful shutdown (running records finish, the finished prefix
+// is committed), a second signal or PUSH_SHUTDOWN_GRACE_MS → cancellation (unfinished records are
+// never committed). Exit 0 after a graceful stop, 1 otherwise. See docs/lifecycle.md.
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "dispatcher")
+let group: ServiceGroup
 do {
     let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
+    let explicitInstance = env.string("PUSH_INSTANCE_ID")
     var configuration = DispatcherConfiguration(
-        bootstrapServers: bootstrap, instanceID: env.string("PUSH_INSTANCE_ID", default: ProcessInfo.processInfo.hostName))
+        bootstrapServers: bootstrap, instanceID: explicitInstance ?? ProcessInfo.processInfo.hostName)
+    // Static membership only for an instance id the operator chose (stable across restarts).
+    configuration.groupInstanceID = explicitInstance
     configuration.consumerGroup = env.string("PUSH_CONSUMER_GROUP", default: configuration.consumerGroup)
     configuration.sessionTimeout = try env.milliseconds("PUSH_KAFKA_SESSION_TIMEOUT_MS", default: configuration.sessionTimeout)
+    configuration.revokeDrain = try env.milliseconds("PUSH_REVOKE_DRAIN_MS", default: configuration.revokeDrain)
+    configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition)
+    configuration.maxInFlightRecords = try env.int("PUSH_MAX_IN_FLIGHT_RECORDS", default: configuration.maxInFlightRecords)
+    configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications)
+    configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize)
+    configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes)
     if let name = env.string("PUSH_APNS_DEFAULT_ENVIRONMENT") {
         guard let environment = APNsEnvironment(rawValue: name) else {
             throw EnvironmentConfig.Error(variable: "PUSH_APNS_DEFAULT_ENVIRONMENT", problem: "expected sandbox or production, got \"\(name)\"")
@@ -48,34 +60,23 @@ do {
         }
         apns.maxRequestsPerSecondPerConnection = value
     }
-    let client = APNsClient(configuration: apns, tokens: tokens, logger: logger.with(["component": "apns"]))
-
-    let pool = PostgresPool(
-        configuration: .init(conninfo: env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push")),
-        logger: logger.with(["component": "postgres"]))
-    try await pool.start()
-    let producer = try KafkaProducer(configuration: .init(bootstrapServers: bootstrap), logger: logger.with(["component": "kafka.producer"]))
-    let dispatcher = Dispatcher(
-        configuration: configuration, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger)
-
-    let run = Task { try await dispatcher.run() }
-    let stop = Task {
-        let signal = await ProcessSignals.waitForTermination()
-        logger.info("dispatcher stopping", ["signal": "\(signal)"])
-        run.cancel()
-    }
-    do {
-        try await run.value
-    } catch {
-        logger.critical("dispatcher failed: \(error)")
-        exit(1)
-    }
-    stop.cancel()
-    await producer.shutdown()
-    await client.shutdown()
-    await pool.close()
-    logger.info("dispatcher stopped")
+    let settings = DispatcherService.Settings(
+        dispatcher: configuration, apns: apns, tokens: tokens,
+        postgresURL: env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push"),
+        producer: KafkaProducerConfiguration(bootstrapServers: bootstrap))
+    let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
+    group = ServiceGroup(
+        services: [DispatcherService(settings: settings, logger: logger)],
+        configuration: .init(gracePeriod: gracePeriod), logger: logger.with(["component": "lifecycle"]))
 } catch {
-    logger.critical("dispatcher failed to start: \(error)")
+    logger.critical("dispatcher configuration invalid: \(error)")
+    exit(1)
+}
+do {
+    let outcome = try await group.run()
+    logger.info("dispatcher exiting", ["outcome": "\(outcome)"])
+    exit(outcome.isGraceful ? 0 : 1)
+} catch {
+    logger.critical("dispatcher failed: \(error)")
     exit(1)
 }

@@ -1,0 +1,73 @@
+import APNs
+import Kafka
+import Postgres
+import ServiceCore
+
+/// The dispatcher as a `Service`: its PostgreSQL pool, Kafka producer and APNs client are created in
+/// `run(shutdown:)`, not before, and shut down in order once the engine stopped: the engine first
+/// (records finished, offsets stored, consumer closed), then the APNs client, the producer (flushed)
+/// and the pool. See docs/lifecycle.md and docs/dispatcher-engine.md.
+public struct DispatcherService: Service {
+    /// Everything the service needs; executables fill it from the environment.
+    public struct Settings: Sendable {
+        /// The engine's settings.
+        public var dispatcher: DispatcherConfiguration
+        /// The APNs client's settings.
+        public var apns: APNsClient.Configuration
+        /// Provider-token (JWT) credentials for APNs.
+        public var tokens: APNsProviderTokenCache
+        /// libpq connection string of the token database.
+        public var postgresURL: String
+        /// Settings of the producer that publishes feedback and dead letters.
+        public var producer: KafkaProducerConfiguration
+
+        /// - Parameters: see the properties.
+        public init(dispatcher: DispatcherConfiguration, apns: APNsClient.Configuration, tokens: APNsProviderTokenCache,
+                    postgresURL: String, producer: KafkaProducerConfiguration) {
+            self.dispatcher = dispatcher
+            self.apns = apns
+            self.tokens = tokens
+            self.postgresURL = postgresURL
+            self.producer = producer
+        }
+    }
+
+    private let settings: Settings
+    private let logger: Logger
+
+    /// - Parameters:
+    ///   - settings: see `Settings`.
+    ///   - logger: the service's logger; components get a `component` field.
+    public init(settings: Settings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+    }
+
+    /// Starts the pool, the producer and the APNs client, runs the engine until graceful shutdown,
+    /// then closes them in order.
+    /// - Throws: `PostgresError` or `KafkaError` when a dependency cannot start or migrations fail.
+    public func run(shutdown: GracefulShutdown) async throws {
+        let pool = PostgresPool(configuration: .init(conninfo: settings.postgresURL), logger: logger.with(["component": "postgres"]))
+        try await pool.start()
+        let producer: KafkaProducer
+        do {
+            producer = try KafkaProducer(configuration: settings.producer, logger: logger.with(["component": "kafka.producer"]))
+        } catch {
+            await pool.close()
+            throw error
+        }
+        let client = APNsClient(configuration: settings.apns, tokens: settings.tokens, logger: logger.with(["component": "apns"]))
+        let dispatcher = Dispatcher(
+            configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger)
+        var failure: (any Error)?
+        do {
+            try await dispatcher.run(shutdown: shutdown)
+        } catch {
+            failure = error
+        }
+        await client.shutdown()
+        await producer.shutdown()
+        await pool.close()
+        if let failure { throw failure }
+    }
+}
