@@ -116,6 +116,9 @@ public final class KafkaConsumer: Sendable {
     /// Records waiting in the `messages` buffer (for tests of the buffering bound).
     var bufferedCount: Int { core.bufferedCount }
 
+    /// Whether the consumer paused its partitions because the buffer stayed full (for tests).
+    var isBufferPausedForTesting: Bool { core.isBufferPaused }
+
     /// Leaves the group (revoking the assignment, which reports `partitionsRevoked`), destroys the
     /// librdkafka instance and ends `messages` and `events`. Idempotent; returns when done.
     /// With `OffsetCommit.storedOffsets`, offsets stored until then (also inside the final revocation)
@@ -210,6 +213,7 @@ final class ConsumerCore: Sendable {
     var assignment: [KafkaTopicPartition] { state.withLock { $0.partitions.assignment.sorted() } }
     var applicationPaused: [KafkaTopicPartition] { state.withLock { $0.partitions.applicationPaused.sorted() } }
     var bufferedCount: Int { state.withLock { $0.bufferedCount } }
+    var isBufferPaused: Bool { state.withLock { $0.partitions.bufferPaused } }
 
     // MARK: Poll thread
 
