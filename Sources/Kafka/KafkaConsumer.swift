@@ -96,7 +96,8 @@ public final class KafkaConsumer: Sendable {
     /// librdkafka prefetched are dropped and fetched again after `resume`, from the first record not yet
     /// delivered. Polling goes on meanwhile (rebalances are served, the member stays in the group).
     /// Independent of the consumer's own pausing while the buffer is full: a partition is fetched only
-    /// when neither paused it.
+    /// when neither paused it. Does no I/O, but waits briefly (typically well under a millisecond) for
+    /// librdkafka's partition threads to apply the change, as `rd_kafka_pause_partitions` does.
     public func pause(_ partitions: [KafkaTopicPartition]) {
         core.pause(partitions)
     }
