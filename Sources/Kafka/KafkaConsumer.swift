@@ -5,10 +5,17 @@ import Synchronization
 /// A consumer-group member that reads records with `rd_kafka_consumer_poll` on a thread of its own
 /// (`kafka-consumer-poll`) and hands them out as an `AsyncSequence` (`messages`).
 ///
-/// Offsets are only committed explicitly (`commit`); `enable.auto.commit` and
-/// `enable.auto.offset.store` are off. Rebalances are applied by the consumer itself (eager:
-/// `rd_kafka_assign`; cooperative: `rd_kafka_incremental_assign`/`_unassign`) and reported on
-/// `events`. `close()` leaves the group cleanly (`rd_kafka_consumer_close`).
+/// Offsets: by default (`KafkaConsumerConfiguration.OffsetCommit.storedOffsets`) the application
+/// stores the next offset to read of each partition with `storeOffsets` (non-blocking) and librdkafka
+/// commits the stored offsets periodically, when partitions are revoked and in `close()`. With
+/// `.explicit`, `commit` commits and waits. `enable.auto.offset.store` is always off: nothing counts as
+/// processed until the application says so.
+///
+/// Rebalances are applied by the consumer itself (cooperative, the default:
+/// `rd_kafka_incremental_assign`/`_unassign`; eager: `rd_kafka_assign`) and reported on `events`.
+/// The application can pause and resume single partitions (`pause`, `resume`) for back-pressure.
+/// `close()` commits stored offsets and leaves the group cleanly (`rd_kafka_consumer_close`).
+/// See docs/kafka-consumer.md.
 public final class KafkaConsumer: Sendable {
     private let core: ConsumerCore
 
@@ -49,14 +56,74 @@ public final class KafkaConsumer: Sendable {
         try core.commitAsync([(KafkaTopicPartition(topic: topic, partition: partition), offset)])
     }
 
+    /// Stores the next offset to read for each partition, to be committed by librdkafka with the next
+    /// auto-commit (`auto.commit.interval.ms`), when the partition is revoked, or in `close()`
+    /// (`rd_kafka_offsets_store`). Non-blocking: it only records the offset in memory. Storing a lower
+    /// offset than before moves the commit back; store per partition in increasing order.
+    ///
+    /// librdkafka (since 1.9.0, so in 2.0.2) only accepts offsets of partitions assigned right now:
+    /// for any other partition it answers `RD_KAFKA_RESP_ERR__STATE`, returned here as `.notAssigned`
+    /// (the partition moved to another member, which resumes from the group's committed offset; drop
+    /// the offset). Inside a revocation hand-off, before `KafkaRevocation.finish()`, the revoked
+    /// partitions are still assigned and storing succeeds; do not store when the revocation
+    /// `isLost` (another member may already own them).
+    ///
+    /// With `OffsetCommit.explicit` the offsets are stored but nothing commits them.
+    /// - Parameter offsets: per partition, the last processed record's offset + 1 (`KafkaMessage.offset.next`).
+    /// - Returns: the outcome per partition: `.stored`, `.notAssigned`, or `.failed` (e.g. `shutdown`
+    ///   after `close()`). Never throws.
+    public func storeOffsets(_ offsets: [KafkaTopicPartition: KafkaOffset]) -> [KafkaTopicPartition: KafkaStoreResult] {
+        core.storeOffsets(offsets.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+    }
+
+    /// The group's committed offsets (next offsets to read) of `partitions`, as the group coordinator
+    /// has them now (`rd_kafka_committed`, run on the consumer's commit thread). Works for any
+    /// partition, assigned to this member or not.
+    /// - Parameters:
+    ///   - partitions: the partitions to look up.
+    ///   - timeout: how long to wait for the coordinator. Default 10 s.
+    /// - Returns: the committed offset per partition; partitions without a committed offset are absent.
+    /// - Throws: `KafkaError`: `timedOut`, coordinator errors, `shutdown` after `close()`.
+    public func committedOffsets(for partitions: [KafkaTopicPartition], timeout: Duration = .seconds(10)) async throws -> [KafkaTopicPartition: KafkaOffset] {
+        try await core.committedOffsets(for: partitions, timeout: timeout)
+    }
+
+    /// Stops fetching `partitions` until `resume` (the application's back-pressure,
+    /// `rd_kafka_pause_partitions`). Partitions not assigned to this member are ignored; a revoked
+    /// partition forgets that it was paused, and newly assigned partitions start unpaused.
+    ///
+    /// Records of these partitions already in the `messages` buffer are still delivered; records
+    /// librdkafka prefetched are dropped and fetched again after `resume`, from the first record not yet
+    /// delivered. Polling goes on meanwhile (rebalances are served, the member stays in the group).
+    /// Independent of the consumer's own pausing while the buffer is full: a partition is fetched only
+    /// when neither paused it. Does no I/O, but waits briefly (typically well under a millisecond) for
+    /// librdkafka's partition threads to apply the change, as `rd_kafka_pause_partitions` does.
+    public func pause(_ partitions: [KafkaTopicPartition]) {
+        core.pause(partitions)
+    }
+
+    /// Fetches `partitions` again after `pause` (unless the buffer is full, then once it drained).
+    /// Partitions not paused by the application are ignored.
+    public func resume(_ partitions: [KafkaTopicPartition]) {
+        core.resume(partitions)
+    }
+
+    /// The partitions paused by the application (`pause`) right now, sorted.
+    public var pausedPartitions: [KafkaTopicPartition] { core.applicationPaused }
+
     /// The partitions assigned to this member right now.
     public var assignment: [KafkaTopicPartition] { core.assignment }
 
     /// Records waiting in the `messages` buffer (for tests of the buffering bound).
     var bufferedCount: Int { core.bufferedCount }
 
+    /// Whether the consumer paused its partitions because the buffer stayed full (for tests).
+    var isBufferPausedForTesting: Bool { core.isBufferPaused }
+
     /// Leaves the group (revoking the assignment, which reports `partitionsRevoked`), destroys the
     /// librdkafka instance and ends `messages` and `events`. Idempotent; returns when done.
+    /// With `OffsetCommit.storedOffsets`, offsets stored until then (also inside the final revocation)
+    /// are committed before the group is left (`rd_kafka_consumer_close`).
     public func close() async {
         await core.close()
     }
@@ -73,8 +140,8 @@ final class ConsumerCore: Sendable {
         var events: [KafkaConsumerEvent] = []
         var eventWaiter: CheckedContinuation<KafkaConsumerEvent?, Never>?
         var observers = 0
-        var assignment: Set<KafkaTopicPartition> = []
-        var paused = false
+        /// The assignment and who paused which partition; applied to librdkafka under this lock.
+        var partitions = PartitionPauseState()
         /// The poll thread waits on `spaceAvailable` for the reader to make room.
         var pollerWaiting = false
         var closing = false
@@ -144,8 +211,10 @@ final class ConsumerCore: Sendable {
         thread.start()
     }
 
-    var assignment: [KafkaTopicPartition] { state.withLock { $0.assignment.sorted() } }
+    var assignment: [KafkaTopicPartition] { state.withLock { $0.partitions.assignment.sorted() } }
+    var applicationPaused: [KafkaTopicPartition] { state.withLock { $0.partitions.applicationPaused.sorted() } }
     var bufferedCount: Int { state.withLock { $0.bufferedCount } }
+    var isBufferPaused: Bool { state.withLock { $0.partitions.bufferPaused } }
 
     // MARK: Poll thread
 
@@ -153,7 +222,7 @@ final class ConsumerCore: Sendable {
         let high = max(1, configuration.maxBufferedMessages)
         let low = high / 2
         while true {
-            let (client, closing, full, paused) = state.withLock { s in (s.client, s.closing, s.bufferedCount >= high, s.paused) }
+            let (client, closing, full, paused) = state.withLock { s in (s.client, s.closing, s.bufferedCount >= high, s.partitions.bufferPaused) }
             guard let client, !closing else { break }
             if full, !paused {
                 // Take no more records until the reader makes room. A reader that stalls longer than
@@ -162,29 +231,27 @@ final class ConsumerCore: Sendable {
                 // bounded by queued.min.messages / queued.max.messages.kbytes meanwhile.
                 state.withLock { $0.pollerWaiting = true }
                 let woken = spaceAvailable.wait(timeout: .now() + ConsumerCore.stallThreshold) == .success
-                let stillFull = state.withLock { s in
+                // Decided and applied under the lock, so that an application pause/resume cannot interleave.
+                let pausedNow = state.withLock { s -> [KafkaTopicPartition]? in
                     s.pollerWaiting = false
-                    if !woken, s.bufferedCount >= high, !s.closing {
-                        s.paused = true
-                        return true
-                    }
-                    return false
-                }
-                if stillFull {
-                    let partitions = client.assignment()
-                    logger.debug("reader stalled with a full buffer: pausing partitions", ["partitions": partitions.map(\.description).joined(separator: ",")])
+                    guard !woken, s.bufferedCount >= high, !s.closing else { return nil }
+                    let partitions = s.partitions.bufferPause()
                     client.pause(partitions)
+                    return partitions
+                }
+                if let pausedNow {
+                    logger.debug("reader stalled with a full buffer: pausing partitions", ["partitions": pausedNow.map(\.description).joined(separator: ",")])
                 }
                 continue
             }
-            if paused, state.withLock({ s in
-                guard s.bufferedCount <= low else { return false }
-                s.paused = false
-                return true
-            }) {
-                let partitions = client.assignment()
-                logger.debug("buffer drained: resuming partitions", ["partitions": partitions.map(\.description).joined(separator: ",")])
+            if paused, let resumed = state.withLock({ s -> [KafkaTopicPartition]? in
+                guard s.bufferedCount <= low else { return nil }
+                // Partitions the application paused stay paused.
+                let partitions = s.partitions.bufferResume()
                 client.resume(partitions)
+                return partitions
+            }) {
+                logger.debug("buffer drained: resuming partitions", ["partitions": resumed.map(\.description).joined(separator: ",")])
             }
             switch client.poll(timeoutMilliseconds: 100) {
             case .nothing:
@@ -225,19 +292,21 @@ final class ConsumerCore: Sendable {
         closeWaiters.forEach { $0.resume() }
     }
 
-    /// Rebalance callback (poll thread). Returns whether newly assigned partitions must be paused.
+    /// Rebalance callback (poll thread). Assigned: returns whether the new partitions must be paused
+    /// (the buffer is full). Revoked: returns whether some of them were paused (to be resumed once
+    /// unassigned, as librdkafka keeps the flag).
     private func rebalanced(_ rebalance: RDKafkaRebalance) -> Bool {
         if rebalance.partitions.isEmpty {
             // Cooperative rounds often hand out nothing: no event.
-            return state.withLock { $0.paused }
+            return false
         }
         switch rebalance.kind {
         case .assigned:
             logger.info("partitions assigned", ["partitions": rebalance.partitions.map(\.description).joined(separator: ",")])
             let event = KafkaConsumerEvent.partitionsAssigned(rebalance.partitions)
             let (waiter, paused) = state.withLock { s in
-                s.assignment.formUnion(rebalance.partitions)
-                return (s.emit(event), s.paused)
+                let paused = s.partitions.assigned(rebalance.partitions)
+                return (s.emit(event), paused)
             }
             waiter?.resume(returning: event)
             return paused
@@ -248,18 +317,20 @@ final class ConsumerCore: Sendable {
             let revocation = KafkaRevocation(partitions: rebalance.partitions, isLost: rebalance.isLost, isCooperative: rebalance.isCooperative)
             let event = KafkaConsumerEvent.partitionsRevoked(revocation)
             let revoked = Set(rebalance.partitions)
-            let (waiter, observed) = state.withLock { s in
+            let (waiter, observed, wasPaused) = state.withLock { s in
                 let remaining = s.buffer[s.head...].filter { !revoked.contains($0.topicPartition) }
                 s.buffer = Array(remaining)
                 s.head = 0
-                s.assignment.subtract(revoked)
-                return (s.emit(event), s.observers > 0)
+                let wasPaused = s.partitions.revoked(rebalance.partitions)
+                return (s.emit(event), s.observers > 0, wasPaused)
             }
             waiter?.resume(returning: event)
+            // The partitions stay assigned in librdkafka until this callback returns: offsets the
+            // application stores meanwhile are accepted and committed with the unassignment.
             if observed, !revocation.wait(timeout: configuration.revocationTimeout) {
                 logger.warning("revocation not finished by the application in time; proceeding", ["timeout": "\(configuration.revocationTimeout)"])
             }
-            return false
+            return wasPaused
         }
     }
 
@@ -323,6 +394,54 @@ final class ConsumerCore: Sendable {
         } catch is CancellationError {
             throw KafkaError(code: .shutdown, message: "consumer is closed")
         }
+    }
+
+    func storeOffsets(_ offsets: [(KafkaTopicPartition, KafkaOffset)]) -> [KafkaTopicPartition: KafkaStoreResult] {
+        // Under the lock (the call is non-blocking), so this thread never holds the last reference to
+        // the client: rd_kafka_destroy must run on the poll thread.
+        let results = state.withLock { s in s.client?.storeOffsets(offsets) }
+        guard let results else {
+            let error = KafkaError(code: .shutdown, message: "consumer is closed")
+            return Dictionary(offsets.map { ($0.0, KafkaStoreResult.failed(error)) }, uniquingKeysWith: { first, _ in first })
+        }
+        return Dictionary(zip(offsets.map(\.0), results).map { ($0, $1) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    func committedOffsets(for partitions: [KafkaTopicPartition], timeout: Duration) async throws -> [KafkaTopicPartition: KafkaOffset] {
+        guard let client = state.withLock({ $0.client }) else {
+            throw KafkaError(code: .shutdown, message: "consumer is closed")
+        }
+        let milliseconds = Int32(clamping: max(0, timeout.wholeMilliseconds))
+        do {
+            let committed = try await commitThread.run { try client.committed(partitions, timeoutMilliseconds: milliseconds) }
+            return committed.compactMapValues { $0 }
+        } catch is CancellationError {
+            throw KafkaError(code: .shutdown, message: "consumer is closed")
+        }
+    }
+
+    // MARK: Application pause
+
+    /// Bookkeeping and `rd_kafka_pause_partitions` under one lock hold, so that the poll thread's
+    /// buffer pause/resume and the application's calls apply in the order they were decided.
+    func pause(_ partitions: [KafkaTopicPartition]) {
+        let paused = state.withLock { s -> [KafkaTopicPartition] in
+            guard let client = s.client else { return [] }
+            let list = s.partitions.applicationPause(partitions)
+            client.pause(list)
+            return list
+        }
+        if !paused.isEmpty { logger.debug("application paused partitions", ["partitions": paused.map(\.description).joined(separator: ",")]) }
+    }
+
+    func resume(_ partitions: [KafkaTopicPartition]) {
+        let resumed = state.withLock { s -> [KafkaTopicPartition] in
+            guard let client = s.client else { return [] }
+            let list = s.partitions.applicationResume(partitions)
+            client.resume(list)
+            return list
+        }
+        if !resumed.isEmpty { logger.debug("application resumed partitions", ["partitions": resumed.map(\.description).joined(separator: ",")]) }
     }
 
     func commitAsync(_ offsets: [(KafkaTopicPartition, KafkaOffset)]) throws {

@@ -1,9 +1,11 @@
 /// Settings of a `KafkaConsumer` (a member of a consumer group). Every default is visible here; each
 /// field names the librdkafka property it sets (librdkafka 2.0.2 CONFIGURATION.md).
 ///
-/// Offsets are never committed automatically (`enable.auto.commit=false`,
-/// `enable.auto.offset.store=false`): the application commits explicit offsets with
-/// `KafkaConsumer.commit`.
+/// Offsets are never stored automatically (`enable.auto.offset.store=false`): a record counts as
+/// processed only when the application says so. By default (`offsetCommit = .storedOffsets`) the
+/// application stores the next offset to read with `KafkaConsumer.storeOffsets` and librdkafka commits
+/// the stored offsets every `autoCommitInterval`, when partitions are revoked and on `close()`. With
+/// `.explicit`, the application commits with `KafkaConsumer.commit` instead. See docs/kafka-consumer.md.
 public struct KafkaConsumerConfiguration: Sendable {
     /// Where a partition without a committed offset starts (`auto.offset.reset`).
     public enum AutoOffsetReset: String, Sendable {
@@ -22,6 +24,21 @@ public struct KafkaConsumerConfiguration: Sendable {
         case cooperative
     }
 
+    /// How processed offsets reach the group coordinator.
+    public enum OffsetCommit: Sendable, Equatable {
+        /// Only `KafkaConsumer.commit` commits (`enable.auto.commit=false`). Stored offsets are never
+        /// committed.
+        case explicit
+        /// The application stores offsets with `KafkaConsumer.storeOffsets` (non-blocking) and
+        /// librdkafka commits what was stored every `autoCommitInterval` (`enable.auto.commit=true`,
+        /// `auto.commit.interval.ms`), for revoked partitions during the rebalance, and in `close()`.
+        /// `KafkaConsumer.commit` keeps working alongside.
+        case storedOffsets(autoCommitInterval: Duration)
+
+        /// The default scheme: stored offsets committed every 200 ms.
+        public static let `default` = OffsetCommit.storedOffsets(autoCommitInterval: .milliseconds(200))
+    }
+
     /// Initial brokers, as `host:port` (`bootstrap.servers`).
     public var bootstrapServers: [String]
     /// The consumer group (`group.id`).
@@ -30,6 +47,13 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var topics: [String]
     /// Client id sent to brokers (`client.id`). Default `push`.
     public var clientID: String = "push"
+    /// Static group membership (KIP-345, `group.instance.id`): a member that restarts with the same id
+    /// within `sessionTimeout` gets its partitions back without a rebalance. Must be unique within the
+    /// group (a second member with the same id fences the first). A static member does not leave the
+    /// group on `close()`; its partitions move only after `sessionTimeout`. Default `nil` (dynamic).
+    public var groupInstanceID: String? = nil
+    /// How offsets are committed. Default `.storedOffsets(autoCommitInterval: .milliseconds(200))`.
+    public var offsetCommit: OffsetCommit = .default
     /// Start position without a committed offset (`auto.offset.reset`). Default `.earliest`, so a
     /// group that joins after records were written still reads them.
     public var autoOffsetReset: AutoOffsetReset = .earliest
@@ -42,8 +66,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// Default 300 s. The poll thread keeps polling while the message buffer is full (after 0.5 s it
     /// pauses the partitions instead), so only a revocation waiting for the application counts.
     public var maxPollInterval: Duration = .seconds(300)
-    /// Eager or cooperative rebalancing. Default `.eager`.
-    public var rebalanceProtocol: RebalanceProtocol = .eager
+    /// Eager or cooperative rebalancing. Default `.cooperative`: a member joining or leaving only moves
+    /// the partitions that change owner; the others keep flowing.
+    public var rebalanceProtocol: RebalanceProtocol = .cooperative
     /// Most messages held in the `messages` buffer; see `KafkaMessageSequence` for what happens when
     /// it is full (no more polling for records, then paused partitions). Default 1,000.
     public var maxBufferedMessages: Int = 1000
@@ -51,9 +76,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// (`queued.max.messages.kbytes`; `queued.min.messages` is set to `maxBufferedMessages`).
     /// Default 4,096 KiB.
     public var prefetchMaxKilobytes: Int = 4096
-    /// How long a revocation waits for the application to call `KafkaRebalance.finish()` while someone
-    /// iterates `events`. Must stay below `maxPollInterval`. Default 30 s.
-    public var revocationTimeout: Duration = .seconds(30)
+    /// How long a revocation waits for the application to call `KafkaRevocation.finish()` while someone
+    /// iterates `events`. Must stay below `maxPollInterval`. Default 10 s. It is a safety net: the
+    /// whole group's rebalance waits for this member meanwhile, so the application should finish in
+    /// well under a second (drop queued work, wait only for what is in progress, store, finish).
+    public var revocationTimeout: Duration = .seconds(10)
     /// Any other librdkafka property, applied last (so it overrides the fields above).
     public var additionalProperties: [String: String] = [:]
 
@@ -72,7 +99,6 @@ public struct KafkaConsumerConfiguration: Sendable {
             ("bootstrap.servers", bootstrapServers.joined(separator: ",")),
             ("client.id", clientID),
             ("group.id", groupID),
-            ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", autoOffsetReset.rawValue),
             ("session.timeout.ms", String(session)),
@@ -82,6 +108,14 @@ public struct KafkaConsumerConfiguration: Sendable {
             ("queued.min.messages", String(max(1, maxBufferedMessages))),
             ("queued.max.messages.kbytes", String(max(1, prefetchMaxKilobytes))),
         ]
+        switch offsetCommit {
+        case .explicit:
+            list.append(("enable.auto.commit", "false"))
+        case .storedOffsets(let interval):
+            list.append(("enable.auto.commit", "true"))
+            list.append(("auto.commit.interval.ms", String(max(1, interval.wholeMilliseconds))))
+        }
+        if let groupInstanceID { list.append(("group.instance.id", groupInstanceID)) }
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
         return list
     }

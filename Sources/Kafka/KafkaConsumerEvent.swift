@@ -6,7 +6,8 @@ public enum KafkaConsumerEvent: Sendable {
     /// These partitions are being taken away. Their records still in the `messages` buffer were
     /// dropped (the next owner reads them from the committed offset). The revocation completes when
     /// `KafkaRevocation.finish()` is called or `revocationTimeout` elapsed, so in-flight work of these
-    /// partitions can be finished and committed first.
+    /// partitions can be finished and its offsets stored (or committed) first. Pause state of these
+    /// partitions is forgotten.
     case partitionsRevoked(KafkaRevocation)
     /// A consumer error (e.g. a subscribed topic does not exist, or a broker is unreachable).
     case error(KafkaError)

@@ -6,8 +6,9 @@
 /// leaves the buffer full for more than 0.5 s, the assigned partitions are paused
 /// (`rd_kafka_pause_partitions`, which also drops librdkafka's prefetched records; fetching resumes
 /// at the next undelivered offset) and polling continues so that rebalances are still served; they
-/// resume once the buffer drained to half. Memory stays bounded however slowly records are read.
-/// Records of revoked partitions are dropped from the buffer.
+/// resume once the buffer drained to half, except those the application paused with
+/// `KafkaConsumer.pause`. Memory stays bounded however slowly records are read. Records of revoked
+/// partitions are dropped from the buffer; records of partitions the application paused are not.
 ///
 /// Iterate from one task at a time. The sequence ends when the consumer is closed, and `next()`
 /// returns `nil` when the iterating task is cancelled.

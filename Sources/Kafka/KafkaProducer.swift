@@ -39,7 +39,9 @@ public final class KafkaProducer: Sendable {
     ///   - value: the record value bytes.
     ///   - headers: record headers, kept in this order.
     /// - Returns: the partition and offset the broker assigned.
-    /// - Throws: `KafkaError`: `messageTimedOut` after `messageTimeout`, `messageSizeTooLarge`,
+    /// - Throws: `KafkaError`: `messageTimedOut` after `messageTimeout`, `messageSizeTooLarge` (the
+    ///   record exceeds `maxMessageBytes`, found by librdkafka before sending, or the broker's limit,
+    ///   found in the delivery report),
     ///   `unknownTopicOrPartition`, `shutdown` after `shutdown()`, `fatal` when recovery is disabled.
     public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws -> KafkaDeliveryReport {
         let (partition, offset) = try await core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers))
@@ -69,6 +71,12 @@ public final class KafkaProducer: Sendable {
     /// Records sent but not yet acknowledged or failed.
     public var pendingCount: Int { core.pendingCount }
 
+    /// The largest record this producer accepts, in bytes: librdkafka's effective `message.max.bytes`
+    /// (`KafkaProducerConfiguration.maxMessageBytes` or an `additionalProperties` override; librdkafka's
+    /// default is 1,000,000). Key, value and headers plus a per-record overhead of a few dozen bytes
+    /// must fit; a larger `send` throws a `KafkaError` with code `messageSizeTooLarge`.
+    public var maxMessageBytes: Int { core.maxMessageBytes }
+
     /// How many times the producer recreated its librdkafka instance after a fatal error.
     public var fatalErrorRecoveries: Int { core.recoveries }
 
@@ -88,6 +96,7 @@ final class ProducerCore: Sendable {
 
     fileprivate struct State {
         var client: RDKafkaProducerClient?
+        var maxMessageBytes = 1_000_000
         var generation = 0
         var nextID: UInt64 = 1
         var pending: [UInt64: Pending] = [:]
@@ -114,8 +123,14 @@ final class ProducerCore: Sendable {
         self.configuration = configuration
         self.logger = logger
         let client = try makeClient(generation: 0)
-        state.withLock { $0.client = client }
+        state.withLock { s in
+            s.maxMessageBytes = client.maxMessageBytes
+            s.client = client
+        }
     }
+
+    /// The first instance's effective `message.max.bytes` (replacements use the same properties).
+    var maxMessageBytes: Int { state.withLock { $0.maxMessageBytes } }
 
     private func makeClient(generation: Int) throws(KafkaError) -> RDKafkaProducerClient {
         let context = RDKafkaContext(

@@ -31,6 +31,11 @@ public struct KafkaProducerConfiguration: Sendable {
     /// Most records in librdkafka's local queue (`queue.buffering.max.messages`). When it is full,
     /// `send` waits for room instead of failing. Default 100,000.
     public var maxQueuedMessages: Int = 100_000
+    /// Largest record librdkafka accepts, in bytes (`message.max.bytes`): key, value and headers plus
+    /// librdkafka's per-record overhead must fit. A larger `send` fails with `messageSizeTooLarge`
+    /// without reaching the broker. Default 1,000,000 (librdkafka's default). The broker and topic have
+    /// limits of their own (`message.max.bytes`, `max.message.bytes`), reported the same way.
+    public var maxMessageBytes: Int = 1_000_000
     /// Recreate the producer and re-send unacknowledged records after a fatal error
     /// (`RD_KAFKA_RESP_ERR__FATAL`, e.g. the idempotent producer's sequence desynchronisation in
     /// librdkafka 2.0.2). Default `true`. When `false`, pending sends fail with a fatal `KafkaError`.
@@ -54,6 +59,7 @@ public struct KafkaProducerConfiguration: Sendable {
             ("message.timeout.ms", String(messageTimeout.wholeMilliseconds)),
             ("partitioner", partitioner),
             ("queue.buffering.max.messages", String(maxQueuedMessages)),
+            ("message.max.bytes", String(maxMessageBytes)),
         ]
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
         return list

@@ -3,13 +3,18 @@ import Foundation
 /// A pending revocation of partitions from a `KafkaConsumer` (see `KafkaConsumerEvent.partitionsRevoked`).
 ///
 /// The consumer's poll thread waits (inside librdkafka's rebalance callback) until `finish()` is
-/// called, at most `KafkaConsumerConfiguration.revocationTimeout`, and only while some task iterates
-/// `KafkaConsumer.events`. Offsets of these partitions may be committed until then.
+/// called, at most `KafkaConsumerConfiguration.revocationTimeout` (default 10 s; the whole group's
+/// rebalance waits meanwhile, so finish far sooner), and only while some task iterates
+/// `KafkaConsumer.events`. Until then the partitions are still assigned: offsets stored with
+/// `KafkaConsumer.storeOffsets` are accepted and, with `OffsetCommit.storedOffsets`, committed by
+/// librdkafka when the partitions are unassigned, so the next owner starts there. With `.explicit`,
+/// `KafkaConsumer.commit` may be used instead. When `isLost`, store or commit nothing.
 public final class KafkaRevocation: Sendable {
     /// The partitions being revoked.
     public let partitions: [KafkaTopicPartition]
     /// The partitions were lost (e.g. this member's session timed out) rather than handed over:
-    /// committing their offsets will fail, and another member may already be reading them.
+    /// another member may already be reading them. Do not store or commit their offsets; drop their
+    /// in-flight work and call `finish()`.
     public let isLost: Bool
     /// The group uses the cooperative protocol: only these partitions move.
     public let isCooperative: Bool
@@ -22,8 +27,8 @@ public final class KafkaRevocation: Sendable {
         self.isCooperative = isCooperative
     }
 
-    /// Lets the revocation proceed: the application finished (and committed) the in-flight work of
-    /// these partitions. Idempotent.
+    /// Lets the revocation proceed: the application finished the in-flight work of these partitions
+    /// and stored (or committed) its offsets. Idempotent.
     public func finish() { gate.open() }
 
     /// Blocks the calling (poll) thread until `finish()` or `timeout`. Returns whether `finish()` came.

@@ -88,6 +88,7 @@ struct KafkaConsumerGroupTests {
 
         var config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("group"), topics: [topic])
         config.rebalanceProtocol = rebalanceProtocol
+        config.offsetCommit = .explicit  // commits in the drain only
         let first = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let inFlight = try await TestSupport.collect(40, from: first)  // read, not yet committed
         let drainedAt = Mutex<ContinuousClock.Instant?>(nil)

@@ -104,8 +104,10 @@ struct KafkaInteropTests {
         let produced = try await TestSupport.python("produce.py", [cluster.bootstrapServers, topic, "30"])
         #expect(produced.status == 0, "produce.py failed: \(produced.stderr)")
         let group = TestSupport.unique("group")
+        var config = TestSupport.consumerConfig(cluster, group: group, topics: [topic])
+        config.offsetCommit = .explicit
 
-        let first = try KafkaConsumer(configuration: TestSupport.consumerConfig(cluster, group: group, topics: [topic]), logger: TestSupport.logger)
+        let first = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let all = try await TestSupport.collect(30, from: first)
         #expect(Set(all.map { $0.value.utf8String }) == Set((0..<30).map { "py-\($0)" }))
         #expect(all.allSatisfy { $0.header("origin")?.utf8String == "python" })
@@ -120,7 +122,7 @@ struct KafkaInteropTests {
         }
         await first.close()
 
-        let second = try KafkaConsumer(configuration: TestSupport.consumerConfig(cluster, group: group, topics: [topic]), logger: TestSupport.logger)
+        let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let expected = Set((0..<30).map { "py-\($0)" }).subtracting(processed)
         let again = try await TestSupport.collect(expected.count, from: second)
         #expect(Set(again.map { $0.value.utf8String }) == expected)

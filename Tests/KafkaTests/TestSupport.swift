@@ -145,3 +145,38 @@ final class Counter: Sendable {
     func increment() { value.add(1, ordering: .relaxed) }
     var current: Int { value.load(ordering: .relaxed) }
 }
+
+extension TestSupport {
+    /// Finds, for each of `partitions` partitions of `topic`, a key that the producer's partitioner maps
+    /// to it, by sending one warm-up record per candidate key. Returns the keys and how many records
+    /// were sent (all of them land on the topic).
+    static func keysByPartition(_ producer: KafkaProducer, topic: String, partitions: Int) async throws -> (keys: [KafkaPartition: String], sent: Int) {
+        var keys: [KafkaPartition: String] = [:]
+        var sent = 0
+        while keys.count < partitions {
+            let key = "key-\(sent)"
+            let report = try await producer.send(topic: topic, key: key, value: Array("warm-up-\(sent)".utf8))
+            sent += 1
+            if keys[report.partition] == nil { keys[report.partition] = key }
+            if sent > 200 { throw TimedOut(what: "keys for \(partitions) partitions") }
+        }
+        return (keys, sent)
+    }
+}
+
+/// Everything a consumer delivers, collected by a task of its own.
+final class MessageLog: Sendable {
+    final class Store: Sendable { let messages = Mutex<[KafkaMessage]>([]) }
+    private let store = Store()
+    let task: Task<Void, Never>
+
+    init(_ consumer: KafkaConsumer) {
+        let store = self.store
+        task = Task {
+            for await message in consumer.messages { store.messages.withLock { $0.append(message) } }
+        }
+    }
+
+    var all: [KafkaMessage] { store.messages.withLock { $0 } }
+    var values: [String] { all.map { $0.value.utf8String } }
+}

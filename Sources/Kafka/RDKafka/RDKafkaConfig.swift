@@ -13,7 +13,8 @@ final class RDKafkaContext: Sendable {
     /// Any client: an error from `error_cb` (`fatal` included).
     let onError: (@Sendable (KafkaError) -> Void)?
     /// Consumer: a rebalance, called on the polling thread; may block (revocations wait for the
-    /// application). Returns whether the newly assigned partitions must be paused right away.
+    /// application). Assigned: returns whether the new partitions must be paused right away. Revoked:
+    /// returns whether some of them were paused (their pause flag is cleared after the unassignment).
     let onRebalance: (@Sendable (RDKafkaRebalance) -> Bool)?
 
     init(

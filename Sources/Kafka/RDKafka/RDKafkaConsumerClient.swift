@@ -97,6 +97,55 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
         }
     }
 
+    /// `rd_kafka_offsets_store`: stores the next offsets to read for the next auto-commit. Non-blocking
+    /// (it only takes the partitions' locks). librdkafka (since 1.9.0, so in 2.0.2) refuses partitions
+    /// that are not assigned right now with `_STATE`, and partitions this client has no state for with
+    /// `_UNKNOWN_PARTITION`: both are reported as `.notAssigned`. Results are in the order of `offsets`.
+    func storeOffsets(_ offsets: [(KafkaTopicPartition, KafkaOffset)]) -> [KafkaStoreResult] {
+        guard !offsets.isEmpty else { return [] }
+        let list = Self.makeList(offsets.map(\.0))
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for (index, (_, offset)) in offsets.enumerated() {
+            list.pointee.elems[index].offset = offset.rawValue
+        }
+        let err = rd_kafka_offsets_store(handle, list)
+        if err == RD_KAFKA_RESP_ERR__INVALID_ARG {
+            // enable.auto.offset.store is on (only through additionalProperties): nothing was stored.
+            let error = KafkaError(err, "offsets cannot be stored: enable.auto.offset.store is true")
+            return offsets.map { _ in .failed(error) }
+        }
+        // Per-partition outcomes are in each element's .err, whatever the overall result.
+        return (0..<offsets.count).map { index in
+            let element = list.pointee.elems[index]
+            switch element.err {
+            case RD_KAFKA_RESP_ERR_NO_ERROR: return .stored
+            case RD_KAFKA_RESP_ERR__STATE, RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION: return .notAssigned
+            default:
+                return .failed(KafkaError(element.err, "store \(offsets[index].0): \(String(cString: rd_kafka_err2str(element.err)))"))
+            }
+        }
+    }
+
+    /// `rd_kafka_committed`: asks the group coordinator for the committed offsets of `partitions`.
+    /// Blocks up to `timeoutMilliseconds`. A partition without a committed offset maps to `nil`.
+    func committed(_ partitions: [KafkaTopicPartition], timeoutMilliseconds: Int32) throws(KafkaError) -> [KafkaTopicPartition: KafkaOffset?] {
+        guard !partitions.isEmpty else { return [:] }
+        let list = Self.makeList(partitions)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let err = rd_kafka_committed(handle, list, timeoutMilliseconds)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err) }
+        var result: [KafkaTopicPartition: KafkaOffset?] = [:]
+        for index in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[index]
+            let partition = KafkaTopicPartition(topic: String(cString: element.topic), partition: KafkaPartition(rawValue: element.partition))
+            if element.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError(element.err, "committed \(partition): \(String(cString: rd_kafka_err2str(element.err)))")
+            }
+            result[partition] = element.offset >= 0 ? KafkaOffset(rawValue: element.offset) : .some(nil)
+        }
+        return result
+    }
+
     /// `rd_kafka_pause_partitions`: stop fetching; the fetch position stays at the next undelivered record.
     func pause(_ partitions: [KafkaTopicPartition]) {
         guard !partitions.isEmpty else { return }
@@ -145,6 +194,10 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
 /// `rebalance_cb`, served by `rd_kafka_consumer_poll` (or `rd_kafka_consumer_close`) on the poll thread.
 /// Tells the owner first (a revocation may wait there for the application to drain), then applies the
 /// change with `rd_kafka_assign` (eager) or `rd_kafka_incremental_assign`/`_unassign` (cooperative).
+/// While the owner waits in a revocation the partitions are still assigned, so offsets stored then are
+/// accepted; with `enable.auto.commit` librdkafka commits them when the unassignment is served.
+/// librdkafka keeps a partition's pause flag across unassign and re-assign, so revoked partitions that
+/// were paused are resumed once unassigned (they fetch nothing any more).
 private func rdKafkaRebalanceCallback(
     _ rk: OpaquePointer?, _ err: rd_kafka_resp_err_t, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?,
     _ opaque: UnsafeMutableRawPointer?
@@ -166,13 +219,14 @@ private func rdKafkaRebalanceCallback(
         if pause, !list.isEmpty { rd_kafka_pause_partitions(rk, partitions) }
     case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
         let lost = rd_kafka_assignment_lost(rk) != 0
-        _ = context?.onRebalance?(RDKafkaRebalance(kind: .revoked, partitions: list, isCooperative: cooperative, isLost: lost))
+        let wasPaused = context?.onRebalance?(RDKafkaRebalance(kind: .revoked, partitions: list, isCooperative: cooperative, isLost: lost)) ?? false
         if cooperative {
             if let error = rd_kafka_incremental_unassign(rk, partitions) { failure = KafkaError.consuming(error) }
         } else {
             let result = rd_kafka_assign(rk, nil)
             if result != RD_KAFKA_RESP_ERR_NO_ERROR { failure = KafkaError(result) }
         }
+        if wasPaused, !list.isEmpty { rd_kafka_resume_partitions(rk, partitions) }
     default:
         failure = KafkaError(err, "rebalance error: \(String(cString: rd_kafka_err2str(err)))")
         _ = rd_kafka_assign(rk, nil)

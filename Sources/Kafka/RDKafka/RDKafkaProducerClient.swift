@@ -119,6 +119,15 @@ final class RDKafkaProducerClient: @unchecked Sendable {
         rd_kafka_poll(handle, timeoutMilliseconds)
     }
 
+    /// The effective `message.max.bytes` of this instance (after every property was applied), in bytes.
+    var maxMessageBytes: Int {
+        guard let conf = rd_kafka_conf(handle) else { return 1_000_000 }
+        var buffer = [CChar](repeating: 0, count: 32)
+        var size = buffer.count
+        guard rd_kafka_conf_get(conf, "message.max.bytes", &buffer, &size) == RD_KAFKA_CONF_OK else { return 1_000_000 }
+        return Int(String(cBuffer: buffer)) ?? 1_000_000
+    }
+
     /// Records queued or in flight inside librdkafka (`rd_kafka_outq_len`).
     var outQueueLength: Int { Int(rd_kafka_outq_len(handle)) }
 
