@@ -13,10 +13,10 @@ import Testing
         #expect(hex(Digest.sha256([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 
-    @Test func matchesPythonHashlibOnBinaryInput() throws {
+    @Test func matchesPythonHashlibOnBinaryInput() async throws {
         let bytes = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         let script = "import hashlib, sys; d = sys.stdin.buffer.read(); print(hashlib.sha1(d).hexdigest()); print(hashlib.sha256(d).hexdigest())"
-        let lines = try runPython(script, arguments: [], stdin: bytes)
+        let lines = try await runPython(script, arguments: [], stdin: bytes)
         #expect(lines == [hex(Digest.sha1(bytes)), hex(Digest.sha256(bytes))])
         #expect(Digest.sha1(bytes).count == 20)
         #expect(Digest.sha256(bytes).count == 32)
@@ -42,7 +42,7 @@ import Testing
         #expect(UUID.v5(namespace: Self.dns, name: "a") == UUID.v5(namespace: Self.dns, name: "a"))
     }
 
-    @Test func matchesPythonUUID5() throws {
+    @Test func matchesPythonUUID5() async throws {
         let namespaces = [Self.dns, UUID(uuidString: "26a8710c-1894-4fc1-b8dc-e7e709f9240b")!, UUID()]
         let names = ["", "www.example.com", "héllo wörld — 日本語 🚀", "delivery-report\nreq-1\n" + String(repeating: "ab", count: 32),
                      String(repeating: "x", count: 10_000), "e\u{301} vs \u{e9}"]
@@ -53,14 +53,15 @@ import Testing
                 for name in sys.argv[2:]:
                     print(uuid.uuid5(ns, name))
                 """
-            let lines = try runPython(script, arguments: [namespace.uuidString] + names, stdin: [])
+            let lines = try await runPython(script, arguments: [namespace.uuidString] + names, stdin: [])
             #expect(lines == names.map { UUID.v5(namespace: namespace, name: $0).uuidString.lowercased() })
         }
     }
 }
 
-/// Runs `python3 -c script arguments…` and returns its stdout lines.
-private func runPython(_ script: String, arguments: [String], stdin: [UInt8]) throws -> [String] {
+/// Runs `python3 -c script arguments…` and returns its stdout lines. The wait happens in
+/// `terminationHandler`, off the cooperative pool; output goes through a file, never a pipe.
+private func runPython(_ script: String, arguments: [String], stdin: [UInt8]) async throws -> [String] {
     let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("servicecore-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: scratch) }
@@ -75,11 +76,11 @@ private func runPython(_ script: String, arguments: [String], stdin: [UInt8]) th
     process.environment = ProcessInfo.processInfo.environment.merging(["PYTHONIOENCODING": "utf-8", "PYTHONUTF8": "1"]) { $1 }
     process.standardInput = input
     process.standardOutput = output
-    try process.run()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw PythonFailure(description: "python3 exited with \(process.terminationStatus)")
+    let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+        process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+        do { try process.run() } catch { continuation.resume(throwing: error) }
     }
+    guard status == 0 else { throw PythonFailure(description: "python3 exited with \(status)") }
     return String(decoding: try Data(contentsOf: outURL), as: UTF8.self).split(separator: "\n").map(String.init)
 }
 
