@@ -21,7 +21,7 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         // Foundations.
-        .target(name: "ServiceCore"),
+        .target(name: "ServiceCore", dependencies: ["COpenSSL"]),
         .target(name: "ProtobufCodec"),
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),

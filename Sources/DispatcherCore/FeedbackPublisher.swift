@@ -9,23 +9,63 @@ public final class FeedbackPublisher: Sendable {
     public static let feedbackContentType = "application/x-protobuf; message=push.v1.FeedbackEvent"
     public static let deadLetterContentType = "application/x-protobuf; message=push.v1.DeadLetter"
 
+    /// librdkafka's default `message.max.bytes`: the largest record the producer accepts, in bytes
+    /// (key, value and headers).
+    public static let defaultMaxRecordBytes = 1_000_000
+
     private let producer: KafkaProducer
     private let topics: DispatcherConfiguration.Topics
     private let clock: any WallClock
+    private let maxRecordBytes: Int
 
-    public init(producer: KafkaProducer, topics: DispatcherConfiguration.Topics, clock: any WallClock) {
+    /// - Parameter maxRecordBytes: the producer's `message.max.bytes`; a dead letter whose original
+    ///   value would make it larger keeps only a prefix of that value. Default 1,000,000 bytes.
+    public init(producer: KafkaProducer, topics: DispatcherConfiguration.Topics, clock: any WallClock,
+                maxRecordBytes: Int = FeedbackPublisher.defaultMaxRecordBytes) {
         self.producer = producer
         self.topics = topics
         self.clock = clock
+        self.maxRecordBytes = maxRecordBytes
     }
 
-    /// Wraps `body` in a `FeedbackEvent` with a new event id (the same id as a delivery report's).
-    public func event(id: String = UUID().uuidString.lowercased(), _ body: FeedbackEvent.Event) -> FeedbackEvent {
+    /// Wraps `body` in a `FeedbackEvent`.
+    ///
+    /// Without `id`, the event id is derived from the body with `FeedbackEventID` (a delivery report,
+    /// a token invalidation, a request completion), so republishing the same fact repeats its id; a
+    /// campaign progress gets a random UUID. A `RequestCompleted` without a status is marked
+    /// `REQUEST_STATUS_COMPLETED`.
+    /// - Parameters:
+    ///   - id: the event id; nil derives it as above.
+    ///   - body: the event.
+    ///   - traceParent: the send request's W3C `traceparent` text (`SendRequest.trace_parent`); empty: none.
+    /// - Returns: the event, stamped with the clock's time.
+    public func event(id: String? = nil, _ body: FeedbackEvent.Event, traceParent: String = "") -> FeedbackEvent {
+        var body = body
+        if case .requestCompleted(var completed) = body, completed.status == .unspecified {
+            completed.status = .completed
+            body = .requestCompleted(completed)
+        }
         var event = FeedbackEvent()
-        event.eventID = id
+        event.eventID = id ?? Self.derivedID(of: body)
         event.eventTimeMs = clock.nowMilliseconds()
         event.event = body
+        event.traceParent = traceParent
         return event
+    }
+
+    /// The deterministic id of `body` (docs/contracts.md "Event ids"), or a random UUID.
+    static func derivedID(of body: FeedbackEvent.Event) -> String {
+        switch body {
+        case .deliveryReport(let report):
+            FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
+        case .tokenInvalidated(let invalidated):
+            FeedbackEventID.tokenInvalidated(
+                deviceToken: invalidated.deviceToken, apnsTimestampMs: invalidated.apnsTimestampMs, requestID: invalidated.requestID)
+        case .requestCompleted(let completed):
+            FeedbackEventID.requestCompleted(requestID: completed.requestID)
+        case .campaignProgress:
+            UUID().uuidString.lowercased()
+        }
     }
 
     /// Publishes serialized feedback keyed by `key` (a device token, or a request id).
@@ -42,7 +82,9 @@ public final class FeedbackPublisher: Sendable {
         try await publish(serialized: event.serializedBytes(), key: key)
     }
 
-    /// Keeps `message` on the dead-letter topic with `error`, under its original key.
+    /// Keeps `message` on the dead-letter topic with `error`, under its original key, with the
+    /// original value's size and SHA-256; when the whole value would make the dead letter larger
+    /// than `maxRecordBytes`, only its first bytes are kept and `original_value_truncated` is set.
     /// - Throws: `KafkaError` when Kafka did not acknowledge it.
     public func deadLetter(_ message: KafkaMessage, error: String, rejectedBy: String) async throws {
         var letter = DeadLetter()
@@ -60,6 +102,20 @@ public final class FeedbackPublisher: Sendable {
         letter.error = error
         letter.rejectedBy = rejectedBy
         letter.rejectedAtMs = clock.nowMilliseconds()
+        letter.originalValueSize = UInt64(message.value.count)
+        letter.originalValueSha256 = Digest.sha256(message.value)
+        // Room for the value: the limit less the key, the header, the rest of the letter and the
+        // value's own tag and length (at most 1 + 5 bytes), with a margin for librdkafka's framing.
+        var rest = letter
+        rest.originalValue = []
+        rest.originalValueTruncated = true
+        let overhead = (message.key?.count ?? 0) + "content-type".utf8.count + Self.deadLetterContentType.utf8.count
+            + rest.serializedBytes().count + 6 + 512
+        let room = max(0, maxRecordBytes - overhead)
+        if message.value.count > room {
+            letter.originalValue = Array(message.value.prefix(room))
+            letter.originalValueTruncated = true
+        }
         _ = try await producer.send(
             topic: topics.deadLetter, key: message.key, value: letter.serializedBytes(),
             headers: [KafkaHeader(name: "content-type", value: Self.deadLetterContentType)])

@@ -36,7 +36,7 @@ public final class SendRequestProcessor: Sendable {
     /// One token to send to, or an outcome known without sending.
     private enum Target {
         case send(StoredToken)
-        case outcome(token: String, userID: String, environment: APNsEnvironment?, outcome: DeliveryOutcome, reason: String)
+        case outcome(token: String, userID: String, environment: APNsEnvironment?, outcome: DeliveryOutcome, reason: OutcomeReason)
     }
 
     /// Processes a request that `SendRequestDecoder` accepted.
@@ -53,6 +53,7 @@ public final class SendRequestProcessor: Sendable {
         var counts = RequestCompleted()
         counts.requestID = request.requestID
         counts.requestedAtMs = requestedAt
+        counts.status = .completed
         // Tokens go out concurrently (the pool multiplexes them), within the process-wide budget;
         // each outcome is recorded in send_log before its report is published (in `deliver`).
         let tally = Mutex(counts)
@@ -90,7 +91,10 @@ public final class SendRequestProcessor: Sendable {
         }
         counts = tally.withLock { $0 }
         counts.completedAtMs = clock.nowMilliseconds()
-        try await feedback.publish(feedback.event(.requestCompleted(counts)), key: request.requestID)
+        try await feedback.publish(
+            feedback.event(id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts),
+                           traceParent: request.traceParent),
+            key: request.requestID)
         logger.info("request completed", [
             "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
@@ -112,7 +116,7 @@ public final class SendRequestProcessor: Sendable {
             for raw in list.deviceTokens {
                 guard let token = try? DeviceToken(validating: raw).hex else {
                     if seen.insert(raw).inserted {
-                        result.append(.outcome(token: raw, userID: "", environment: environment, outcome: .rejected, reason: APNsReason.badDeviceToken.rawValue))
+                        result.append(.outcome(token: raw, userID: "", environment: environment, outcome: .rejected, reason: .invalidDeviceToken))
                     }
                     continue
                 }
@@ -126,11 +130,11 @@ public final class SendRequestProcessor: Sendable {
                         deviceToken: token, bundleID: template.bundleID, environment: environment ?? defaultEnvironment, tokenKind: kind)))
                     continue
                 }
-                let skip: String? =
-                    if !row.isActive { "TokenInactive" }
-                    else if row.bundleID != template.bundleID { "DeviceTokenNotForTopic" }
-                    else if let environment, row.environment != environment { "EnvironmentMismatch" }
-                    else if row.tokenKind != kind { "TokenKindMismatch" }
+                let skip: OutcomeReason? =
+                    if !row.isActive { .tokenInactive }
+                    else if row.bundleID != template.bundleID { .notForTopic }
+                    else if let environment, row.environment != environment { .environmentMismatch }
+                    else if row.tokenKind != kind { .tokenKindMismatch }
                     else { nil }
                 if let skip {
                     result.append(.outcome(token: token, userID: row.userID, environment: row.environment, outcome: .skipped, reason: skip))
@@ -147,7 +151,6 @@ public final class SendRequestProcessor: Sendable {
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64) async throws -> DeliveryReport {
         var report = DeliveryReport()
-        report.eventID = UUID().uuidString.lowercased()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
         report.pushType = PushType(template.pushType)
@@ -159,7 +162,7 @@ public final class SendRequestProcessor: Sendable {
             report.userID = userID
             report.environment = environment.map(Environment.init) ?? .unspecified
             report.outcome = outcome
-            report.apnsReason = reason
+            report.outcomeReason = reason
             report.completedAtMs = clock.nowMilliseconds()
         case .send(let stored):
             report.deviceToken = stored.deviceToken
@@ -172,9 +175,9 @@ public final class SendRequestProcessor: Sendable {
                 // Its apns-expiration passed while it waited (a Kafka backlog, an outage): Apple would
                 // store it for no one; it is not sent.
                 report.outcome = .failed
-                report.apnsReason = "Expired"
+                report.outcomeReason = .expired
                 report.completedAtMs = clock.nowMilliseconds()
-                return try await publishOutcome(report)
+                return try await publishOutcome(report, traceParent: request.traceParent)
             }
             report.sentAtMs = clock.nowMilliseconds()
             do {
@@ -190,7 +193,7 @@ public final class SendRequestProcessor: Sendable {
                     report.outcome = .delivered
                 case .deactivateToken:
                     report.outcome = .rejected
-                    try await invalidate(stored, response: response, report: report)
+                    try await invalidate(stored, response: response, report: report, traceParent: request.traceParent)
                 case .reject:
                     report.outcome = .rejected
                 case _ where response.hasUnknownReason:
@@ -198,7 +201,9 @@ public final class SendRequestProcessor: Sendable {
                 default:
                     // The client retried as far as the rules allow and gave up: final.
                     report.outcome = .failed
+                    report.outcomeReason = .retryHorizonExceeded
                 }
+                if let reason = response.reason, Self.isProviderTokenFault(reason) { report.outcomeReason = .providerTokenFault }
             } catch let error as CancellationError {
                 throw error
             } catch where Task.isCancelled {
@@ -207,18 +212,47 @@ public final class SendRequestProcessor: Sendable {
             } catch {
                 report.attempts = UInt32(clamping: (error as? APNsError)?.attempts ?? 1)
                 report.completedAtMs = clock.nowMilliseconds()
-                report.outcome = .failed
-                report.apnsReason = "ConnectionError"
+                report.outcomeReason = Self.outcomeReason(for: error)
+                report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
                 logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
             }
         }
-        return try await publishOutcome(report)
+        return try await publishOutcome(report, traceParent: request.traceParent)
+    }
+
+    /// The dispatcher's reason for a send that threw (docs/contracts.md "Outcome reasons"): a stream
+    /// APNs left unanswered, our own credentials, our own validation, or else the connection.
+    static func outcomeReason(for error: any Error) -> OutcomeReason {
+        guard let error = error as? APNsError else { return .connectionError }
+        if error.isStreamTimeout { return .streamTimeout }
+        switch error.code {
+        case .missingCredentials, .invalidSigningKey, .signingFailed, .invalidCertificate, .invalidPKCS12:
+            return .providerTokenFault
+        case .invalidRequest, .invalidDeviceToken, .payloadDoesNotMatchPushType, .topicDoesNotMatchPushType:
+            return .invalidRequest
+        default:
+            return .connectionError
+        }
+    }
+
+    /// Apple's reasons that blame our provider token or certificate, not the notification
+    /// ("Handling notification responses from APNs", status 403 and 429 TooManyProviderTokenUpdates).
+    static func isProviderTokenFault(_ reason: APNsReason) -> Bool {
+        switch reason {
+        case .invalidProviderToken, .expiredProviderToken, .missingProviderToken, .tooManyProviderTokenUpdates,
+             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            true
+        default:
+            false
+        }
     }
 
     /// Records the final outcome in `send_log`, then publishes its report (in that order: a
     /// redelivered request re-publishes what was recorded instead of sending again).
-    private func publishOutcome(_ report: DeliveryReport) async throws -> DeliveryReport {
-        let event = feedback.event(id: report.eventID, .deliveryReport(report))
+    private func publishOutcome(_ report: DeliveryReport, traceParent: String) async throws -> DeliveryReport {
+        var report = report
+        report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
+        let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
         try await store.recordOutcome(report, event: bytes)
         try await feedback.publish(serialized: bytes, key: report.deviceToken)
@@ -227,7 +261,7 @@ public final class SendRequestProcessor: Sendable {
 
     /// DESIGN.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
     /// announce it with `TokenInvalidated`.
-    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport) async throws {
+    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
         let now = clock.nowMilliseconds()
         let invalidatedAt = response.timestampMilliseconds ?? report.sentAtMs
         guard let row = try await store.deactivate(
@@ -243,7 +277,9 @@ public final class SendRequestProcessor: Sendable {
         invalidated.apnsReason = response.reason?.rawValue ?? ""
         invalidated.apnsTimestampMs = response.timestampMilliseconds ?? 0
         invalidated.requestID = report.requestID
-        try await feedback.publish(feedback.event(.tokenInvalidated(invalidated)), key: row.deviceToken)
+        let id = FeedbackEventID.tokenInvalidated(
+            deviceToken: invalidated.deviceToken, apnsTimestampMs: invalidated.apnsTimestampMs, requestID: invalidated.requestID)
+        try await feedback.publish(feedback.event(id: id, .tokenInvalidated(invalidated), traceParent: traceParent), key: row.deviceToken)
         logger.info("token deactivated", ["token": row.deviceToken, "reason": invalidated.apnsReason])
     }
 }

@@ -23,6 +23,8 @@ public struct DeadLetter: ProtobufMessage {
     /// Field 4, `bytes original_key`.
     public var originalKey: [UInt8] = []
 
+    /// The original record's value, or only its first bytes when original_value_truncated.
+    ///
     /// Field 5, `bytes original_value`.
     public var originalValue: [UInt8] = []
 
@@ -43,6 +45,22 @@ public struct DeadLetter: ProtobufMessage {
 
     /// Field 9, `int64 rejected_at_ms`.
     public var rejectedAtMs: Int64 = 0
+
+    /// The size of the original record's value in bytes (whether or not it was truncated here).
+    ///
+    /// Field 10, `uint64 original_value_size`.
+    public var originalValueSize: UInt64 = 0
+
+    /// SHA-256 of the whole original value (32 bytes), to match a truncated dead letter with its source.
+    ///
+    /// Field 11, `bytes original_value_sha256`.
+    public var originalValueSha256: [UInt8] = []
+
+    /// True when original_value holds only a prefix of the original value, cut so that the dead letter
+    /// fits the producer's maximum message size.
+    ///
+    /// Field 12, `bool original_value_truncated`.
+    public var originalValueTruncated: Bool = false
 
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
@@ -146,7 +164,10 @@ public struct DeadLetter: ProtobufMessage {
         originalHeaders: [DeadLetter.Header] = [],
         error: String = "",
         rejectedBy: String = "",
-        rejectedAtMs: Int64 = 0
+        rejectedAtMs: Int64 = 0,
+        originalValueSize: UInt64 = 0,
+        originalValueSha256: [UInt8] = [],
+        originalValueTruncated: Bool = false
     ) {
         self.sourceTopic = sourceTopic
         self.sourcePartition = sourcePartition
@@ -157,6 +178,9 @@ public struct DeadLetter: ProtobufMessage {
         self.error = error
         self.rejectedBy = rejectedBy
         self.rejectedAtMs = rejectedAtMs
+        self.originalValueSize = originalValueSize
+        self.originalValueSha256 = originalValueSha256
+        self.originalValueTruncated = originalValueTruncated
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -183,6 +207,12 @@ public struct DeadLetter: ProtobufMessage {
                 self.rejectedBy = try reader.read(ProtobufString.self)
             case (9, .varint):
                 self.rejectedAtMs = try reader.read(ProtobufInt64.self)
+            case (10, .varint):
+                self.originalValueSize = try reader.read(ProtobufUInt64.self)
+            case (11, .lengthDelimited):
+                self.originalValueSha256 = try reader.read(ProtobufBytes.self)
+            case (12, .varint):
+                self.originalValueTruncated = try reader.read(ProtobufBool.self)
             default:
                 return false
             }
@@ -203,6 +233,9 @@ public struct DeadLetter: ProtobufMessage {
         case 7: "error"
         case 8: "rejected_by"
         case 9: "rejected_at_ms"
+        case 10: "original_value_size"
+        case 11: "original_value_sha256"
+        case 12: "original_value_truncated"
         default: String(number)
         }
     }
@@ -218,6 +251,9 @@ public struct DeadLetter: ProtobufMessage {
         if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, number: 7) }
         if !self.rejectedBy.isEmpty { writer.writeField(ProtobufString.self, self.rejectedBy, number: 8) }
         if self.rejectedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.rejectedAtMs, number: 9) }
+        if self.originalValueSize != 0 { writer.writeField(ProtobufUInt64.self, self.originalValueSize, number: 10) }
+        if !self.originalValueSha256.isEmpty { writer.writeField(ProtobufBytes.self, self.originalValueSha256, number: 11) }
+        if self.originalValueTruncated { writer.writeField(ProtobufBool.self, self.originalValueTruncated, number: 12) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -254,6 +290,15 @@ public struct DeadLetter: ProtobufMessage {
                 case "rejectedAtMs", "rejected_at_ms":
                     try seen.see(field: 9)
                     if !member.value.isNull { self.rejectedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "originalValueSize", "original_value_size":
+                    try seen.see(field: 10)
+                    if !member.value.isNull { self.originalValueSize = try ProtobufUInt64.readJSON(member.value) }
+                case "originalValueSha256", "original_value_sha256":
+                    try seen.see(field: 11)
+                    if !member.value.isNull { self.originalValueSha256 = try ProtobufBytes.readJSON(member.value) }
+                case "originalValueTruncated", "original_value_truncated":
+                    try seen.see(field: 12)
+                    if !member.value.isNull { self.originalValueTruncated = try ProtobufBool.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -274,5 +319,8 @@ public struct DeadLetter: ProtobufMessage {
         if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, jsonName: "error", protoName: "error") }
         if !self.rejectedBy.isEmpty { writer.writeField(ProtobufString.self, self.rejectedBy, jsonName: "rejectedBy", protoName: "rejected_by") }
         if self.rejectedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.rejectedAtMs, jsonName: "rejectedAtMs", protoName: "rejected_at_ms") }
+        if self.originalValueSize != 0 { writer.writeField(ProtobufUInt64.self, self.originalValueSize, jsonName: "originalValueSize", protoName: "original_value_size") }
+        if !self.originalValueSha256.isEmpty { writer.writeField(ProtobufBytes.self, self.originalValueSha256, jsonName: "originalValueSha256", protoName: "original_value_sha256") }
+        if self.originalValueTruncated { writer.writeField(ProtobufBool.self, self.originalValueTruncated, jsonName: "originalValueTruncated", protoName: "original_value_truncated") }
     }
 }

@@ -2,7 +2,8 @@
 // Regenerate with scripts/gen-messages; a test fails when this file and the .proto differ.
 //
 // What the dispatcher publishes to the feedback topic (push.feedback.v1): keyed by device token,
-// or by request id for request events. At-least-once: readers drop repeats by event_id, or by
+// or by request id for request events. At-least-once: readers drop repeats by event_id (the same
+// for every republication of the same fact, see FeedbackEvent.event_id), or by
 // (request_id, device_token).
 
 import ProtobufCodec
@@ -91,12 +92,282 @@ public enum DeliveryOutcome: ProtobufEnum, CaseIterable {
     public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 }
 
+/// Why the dispatcher itself settled a notification the way it did: its own reasons, never Apple's
+/// (those are in DeliveryReport.apns_reason). UNSPECIFIED when Apple's answer alone explains the
+/// outcome (DELIVERED, or a refusal whose reason is in apns_reason). docs/contracts.md describes when
+/// each value is used.
+///
+/// The proto3 enum `push.v1.OutcomeReason`; numbers this version does not know are kept as `unrecognized`.
+public enum OutcomeReason: ProtobufEnum, CaseIterable {
+    /// `OUTCOME_REASON_UNSPECIFIED = 0`.
+    case unspecified
+    /// The notification's apns-expiration passed before it could be sent; not sent (FAILED).
+    ///
+    /// `OUTCOME_REASON_EXPIRED = 1`.
+    case expired
+    /// APNs did not answer a stream within the request timeout, and retries ran out (FAILED).
+    ///
+    /// `OUTCOME_REASON_STREAM_TIMEOUT = 2`.
+    case streamTimeout
+    /// The connection to APNs failed (connect, TLS, drop, reset) and retries ran out (FAILED).
+    ///
+    /// `OUTCOME_REASON_CONNECTION_ERROR = 3`.
+    case connectionError
+    /// The token table marks the token inactive; not sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_TOKEN_INACTIVE = 4`.
+    case tokenInactive
+    /// The token table says the token belongs to the other APNs environment; not sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_ENVIRONMENT_MISMATCH = 5`.
+    case environmentMismatch
+    /// The token's kind does not fit the push type (a VoIP token for an alert); not sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_TOKEN_KIND_MISMATCH = 6`.
+    case tokenKindMismatch
+    /// The token table says the token belongs to another bundle id; not sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_NOT_FOR_TOPIC = 7`.
+    case notForTopic
+    /// Retrying stopped: the attempt limit was reached or the next attempt would fall after the
+    /// notification's expiration; http_status and apns_reason hold Apple's last answer (FAILED).
+    ///
+    /// `OUTCOME_REASON_RETRY_HORIZON_EXCEEDED = 8`.
+    case retryHorizonExceeded
+    /// Our provider credentials failed: no JWT could be made for the bundle id (nothing sent), or APNs
+    /// refused our provider token (403 InvalidProviderToken, ExpiredProviderToken, …; apns_reason says
+    /// which).
+    ///
+    /// `OUTCOME_REASON_PROVIDER_TOKEN_FAULT = 9`.
+    case providerTokenFault
+    /// A CancelRequest for the request arrived before this notification was sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_CANCELLED = 10`.
+    case cancelled
+    /// Our own validation refused the notification before sending it (what APNs would refuse); the
+    /// message names what is wrong in the logs; apns_reason is empty (REJECTED).
+    ///
+    /// `OUTCOME_REASON_INVALID_REQUEST = 11`.
+    case invalidRequest
+    /// The notification was held back so long that delivering it now would be worse than not at all
+    /// (for example a superseded collapse id); not sent (SKIPPED).
+    ///
+    /// `OUTCOME_REASON_STALE = 12`.
+    case stale
+    /// Our validation refused the raw device token (not 64 to 512 hex characters of even length)
+    /// before sending; not sent (REJECTED).
+    ///
+    /// `OUTCOME_REASON_INVALID_DEVICE_TOKEN = 13`.
+    case invalidDeviceToken
+    /// A number this version of the contract does not name; kept so it round-trips.
+    case unrecognized(Int32)
+
+    /// `push.v1.OutcomeReason`.
+    public static let protoEnumName = "push.v1.OutcomeReason"
+
+    /// Every named value, in declaration order.
+    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken]
+
+    /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .expired
+        case 2: self = .streamTimeout
+        case 3: self = .connectionError
+        case 4: self = .tokenInactive
+        case 5: self = .environmentMismatch
+        case 6: self = .tokenKindMismatch
+        case 7: self = .notForTopic
+        case 8: self = .retryHorizonExceeded
+        case 9: self = .providerTokenFault
+        case 10: self = .cancelled
+        case 11: self = .invalidRequest
+        case 12: self = .stale
+        case 13: self = .invalidDeviceToken
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    /// The value's number.
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .expired: 1
+        case .streamTimeout: 2
+        case .connectionError: 3
+        case .tokenInactive: 4
+        case .environmentMismatch: 5
+        case .tokenKindMismatch: 6
+        case .notForTopic: 7
+        case .retryHorizonExceeded: 8
+        case .providerTokenFault: 9
+        case .cancelled: 10
+        case .invalidRequest: 11
+        case .stale: 12
+        case .invalidDeviceToken: 13
+        case .unrecognized(let number): number
+        }
+    }
+
+    /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+    public var protoName: String? {
+        switch self {
+        case .unspecified: "OUTCOME_REASON_UNSPECIFIED"
+        case .expired: "OUTCOME_REASON_EXPIRED"
+        case .streamTimeout: "OUTCOME_REASON_STREAM_TIMEOUT"
+        case .connectionError: "OUTCOME_REASON_CONNECTION_ERROR"
+        case .tokenInactive: "OUTCOME_REASON_TOKEN_INACTIVE"
+        case .environmentMismatch: "OUTCOME_REASON_ENVIRONMENT_MISMATCH"
+        case .tokenKindMismatch: "OUTCOME_REASON_TOKEN_KIND_MISMATCH"
+        case .notForTopic: "OUTCOME_REASON_NOT_FOR_TOPIC"
+        case .retryHorizonExceeded: "OUTCOME_REASON_RETRY_HORIZON_EXCEEDED"
+        case .providerTokenFault: "OUTCOME_REASON_PROVIDER_TOKEN_FAULT"
+        case .cancelled: "OUTCOME_REASON_CANCELLED"
+        case .invalidRequest: "OUTCOME_REASON_INVALID_REQUEST"
+        case .stale: "OUTCOME_REASON_STALE"
+        case .invalidDeviceToken: "OUTCOME_REASON_INVALID_DEVICE_TOKEN"
+        case .unrecognized: nil
+        }
+    }
+
+    /// The value named `protoName` in the .proto file, or `nil`.
+    public init?(protoName: String) {
+        switch protoName {
+        case "OUTCOME_REASON_UNSPECIFIED": self = .unspecified
+        case "OUTCOME_REASON_EXPIRED": self = .expired
+        case "OUTCOME_REASON_STREAM_TIMEOUT": self = .streamTimeout
+        case "OUTCOME_REASON_CONNECTION_ERROR": self = .connectionError
+        case "OUTCOME_REASON_TOKEN_INACTIVE": self = .tokenInactive
+        case "OUTCOME_REASON_ENVIRONMENT_MISMATCH": self = .environmentMismatch
+        case "OUTCOME_REASON_TOKEN_KIND_MISMATCH": self = .tokenKindMismatch
+        case "OUTCOME_REASON_NOT_FOR_TOPIC": self = .notForTopic
+        case "OUTCOME_REASON_RETRY_HORIZON_EXCEEDED": self = .retryHorizonExceeded
+        case "OUTCOME_REASON_PROVIDER_TOKEN_FAULT": self = .providerTokenFault
+        case "OUTCOME_REASON_CANCELLED": self = .cancelled
+        case "OUTCOME_REASON_INVALID_REQUEST": self = .invalidRequest
+        case "OUTCOME_REASON_STALE": self = .stale
+        case "OUTCOME_REASON_INVALID_DEVICE_TOKEN": self = .invalidDeviceToken
+        default: return nil
+        }
+    }
+
+    /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+    public static func == (lhs: OutcomeReason, rhs: OutcomeReason) -> Bool { lhs.rawValue == rhs.rawValue }
+
+    /// Hashes the number.
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+}
+
+/// Where a send request stands (RequestCompleted.status).
+///
+/// The proto3 enum `push.v1.RequestStatus`; numbers this version does not know are kept as `unrecognized`.
+public enum RequestStatus: ProtobufEnum, CaseIterable {
+    /// `REQUEST_STATUS_UNSPECIFIED = 0`.
+    case unspecified
+    /// Consumed and valid; not started yet.
+    ///
+    /// `REQUEST_STATUS_ACCEPTED = 1`.
+    case accepted
+    /// Waiting for its send_at_ms.
+    ///
+    /// `REQUEST_STATUS_SCHEDULED = 2`.
+    case scheduled
+    /// Being sent.
+    ///
+    /// `REQUEST_STATUS_RUNNING = 3`.
+    case running
+    /// Every token reached a final outcome.
+    ///
+    /// `REQUEST_STATUS_COMPLETED = 4`.
+    case completed
+    /// A CancelRequest stopped it; tokens not yet sent were SKIPPED with OUTCOME_REASON_CANCELLED.
+    ///
+    /// `REQUEST_STATUS_CANCELLED = 5`.
+    case cancelled
+    /// A number this version of the contract does not name; kept so it round-trips.
+    case unrecognized(Int32)
+
+    /// `push.v1.RequestStatus`.
+    public static let protoEnumName = "push.v1.RequestStatus"
+
+    /// Every named value, in declaration order.
+    public static let allCases: [RequestStatus] = [.unspecified, .accepted, .scheduled, .running, .completed, .cancelled]
+
+    /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .accepted
+        case 2: self = .scheduled
+        case 3: self = .running
+        case 4: self = .completed
+        case 5: self = .cancelled
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    /// The value's number.
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .accepted: 1
+        case .scheduled: 2
+        case .running: 3
+        case .completed: 4
+        case .cancelled: 5
+        case .unrecognized(let number): number
+        }
+    }
+
+    /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+    public var protoName: String? {
+        switch self {
+        case .unspecified: "REQUEST_STATUS_UNSPECIFIED"
+        case .accepted: "REQUEST_STATUS_ACCEPTED"
+        case .scheduled: "REQUEST_STATUS_SCHEDULED"
+        case .running: "REQUEST_STATUS_RUNNING"
+        case .completed: "REQUEST_STATUS_COMPLETED"
+        case .cancelled: "REQUEST_STATUS_CANCELLED"
+        case .unrecognized: nil
+        }
+    }
+
+    /// The value named `protoName` in the .proto file, or `nil`.
+    public init?(protoName: String) {
+        switch protoName {
+        case "REQUEST_STATUS_UNSPECIFIED": self = .unspecified
+        case "REQUEST_STATUS_ACCEPTED": self = .accepted
+        case "REQUEST_STATUS_SCHEDULED": self = .scheduled
+        case "REQUEST_STATUS_RUNNING": self = .running
+        case "REQUEST_STATUS_COMPLETED": self = .completed
+        case "REQUEST_STATUS_CANCELLED": self = .cancelled
+        default: return nil
+        }
+    }
+
+    /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+    public static func == (lhs: RequestStatus, rhs: RequestStatus) -> Bool { lhs.rawValue == rhs.rawValue }
+
+    /// Hashes the number.
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+}
+
 /// The message `push.v1.FeedbackEvent`.
 public struct FeedbackEvent: ProtobufMessage {
     /// `push.v1.FeedbackEvent`.
     public static let protoMessageName = "push.v1.FeedbackEvent"
 
-    /// UUID, unique per event.
+    /// A lowercase UUID, the same every time the dispatcher publishes the same fact, so readers can
+    /// drop repeats by it (docs/contracts.md "Event ids"). A version 5 UUID (RFC 9562 section 5.5:
+    /// SHA-1 of namespace and name) under the project's fixed namespace
+    /// 26a8710c-1894-4fc1-b8dc-e7e709f9240b, with these names (UTF-8, "\n" a line feed, numbers in
+    /// decimal, fields as they appear in the event):
+    ///   DeliveryReport:   "delivery-report\n" + request_id + "\n" + device_token
+    ///   TokenInvalidated: "token-invalidated\n" + device_token + "\n" + apns_timestamp_ms + "\n" + request_id
+    ///   RequestCompleted: "request-completed\n" + request_id
+    /// In Python: str(uuid.uuid5(uuid.UUID("26a8710c-1894-4fc1-b8dc-e7e709f9240b"), name)).
+    /// Other events (CampaignProgress) carry a random version 4 UUID.
     ///
     /// Field 1, `string event_id`.
     public var eventID: String = ""
@@ -108,6 +379,13 @@ public struct FeedbackEvent: ProtobufMessage {
 
     /// The oneof `event`: at most one of its fields is set; `nil` when none is.
     public var event: Event? = nil
+
+    /// The W3C Trace Context `traceparent` header text (https://www.w3.org/TR/trace-context/) of the
+    /// request this event belongs to: SendRequest.trace_parent copied unchanged; empty when the
+    /// producer gave none.
+    ///
+    /// Field 7, `string trace_parent`.
+    public var traceParent: String = ""
 
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
@@ -131,11 +409,13 @@ public struct FeedbackEvent: ProtobufMessage {
     public init(
         eventID: String = "",
         eventTimeMs: Int64 = 0,
-        event: Event? = nil
+        event: Event? = nil,
+        traceParent: String = ""
     ) {
         self.eventID = eventID
         self.eventTimeMs = eventTimeMs
         self.event = event
+        self.traceParent = traceParent
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -166,6 +446,8 @@ public struct FeedbackEvent: ProtobufMessage {
                 if case .campaignProgress(let existing)? = self.event { value = existing }
                 try reader.readMessage(into: &value)
                 self.event = .campaignProgress(value)
+            case (7, .lengthDelimited):
+                self.traceParent = try reader.read(ProtobufString.self)
             default:
                 return false
             }
@@ -183,6 +465,7 @@ public struct FeedbackEvent: ProtobufMessage {
         case 4: "token_invalidated"
         case 5: "request_completed"
         case 6: "campaign_progress"
+        case 7: "trace_parent"
         default: String(number)
         }
     }
@@ -198,6 +481,7 @@ public struct FeedbackEvent: ProtobufMessage {
         case .campaignProgress(let value)?: writer.writeMessage(value, number: 6)
         case nil: break
         }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, number: 7) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -229,6 +513,9 @@ public struct FeedbackEvent: ProtobufMessage {
                     guard !member.value.isNull else { try seen.see(field: 6); continue }
                     try seen.see(field: 6, oneof: 0, oneofName: "event", key: member.key)
                     self.event = .campaignProgress(try member.value.decodeMessage(CampaignProgress.self, options: options))
+                case "traceParent", "trace_parent":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.traceParent = try ProtobufString.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -249,6 +536,7 @@ public struct FeedbackEvent: ProtobufMessage {
         case .campaignProgress(let value)?: writer.writeMessage(value, jsonName: "campaignProgress", protoName: "campaign_progress")
         case nil: break
         }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, jsonName: "traceParent", protoName: "trace_parent") }
     }
 }
 
@@ -289,7 +577,10 @@ public struct DeliveryReport: ProtobufMessage {
     /// Field 9, `uint32 http_status`.
     public var httpStatus: UInt32 = 0
 
-    /// Apple's reason string (BadDeviceToken, Unregistered, …) or ours for a local refusal.
+    /// Apple's exact reason string (BadDeviceToken, Unregistered, …), only ever Apple's; empty when
+    /// Apple gave none (a 200) or nothing was sent. The dispatcher's own reasons are in outcome_reason.
+    /// (Before outcome_reason existed, this field also carried the dispatcher's words "Expired",
+    /// "ConnectionError", "TokenInactive", … .)
     ///
     /// Field 10, `string apns_reason`.
     public var apnsReason: String = ""
@@ -327,6 +618,11 @@ public struct DeliveryReport: ProtobufMessage {
     /// Field 17, `string collapse_id`.
     public var collapseID: String = ""
 
+    /// The dispatcher's own reason for the outcome; UNSPECIFIED when apns_reason (Apple's) explains it.
+    ///
+    /// Field 18, `push.v1.OutcomeReason outcome_reason`.
+    public var outcomeReason: OutcomeReason = .unspecified
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -351,7 +647,8 @@ public struct DeliveryReport: ProtobufMessage {
         sentAtMs: Int64 = 0,
         completedAtMs: Int64 = 0,
         apnsUniqueID: String = "",
-        collapseID: String = ""
+        collapseID: String = "",
+        outcomeReason: OutcomeReason = .unspecified
     ) {
         self.eventID = eventID
         self.requestID = requestID
@@ -370,6 +667,7 @@ public struct DeliveryReport: ProtobufMessage {
         self.completedAtMs = completedAtMs
         self.apnsUniqueID = apnsUniqueID
         self.collapseID = collapseID
+        self.outcomeReason = outcomeReason
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -410,6 +708,8 @@ public struct DeliveryReport: ProtobufMessage {
                 self.apnsUniqueID = try reader.read(ProtobufString.self)
             case (17, .lengthDelimited):
                 self.collapseID = try reader.read(ProtobufString.self)
+            case (18, .varint):
+                self.outcomeReason = try reader.read(ProtobufEnumField<OutcomeReason>.self)
             default:
                 return false
             }
@@ -438,6 +738,7 @@ public struct DeliveryReport: ProtobufMessage {
         case 15: "completed_at_ms"
         case 16: "apns_unique_id"
         case 17: "collapse_id"
+        case 18: "outcome_reason"
         default: String(number)
         }
     }
@@ -461,6 +762,7 @@ public struct DeliveryReport: ProtobufMessage {
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, number: 15) }
         if !self.apnsUniqueID.isEmpty { writer.writeField(ProtobufString.self, self.apnsUniqueID, number: 16) }
         if !self.collapseID.isEmpty { writer.writeField(ProtobufString.self, self.collapseID, number: 17) }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, number: 18) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -521,6 +823,9 @@ public struct DeliveryReport: ProtobufMessage {
                 case "collapseId", "collapse_id":
                     try seen.see(field: 17)
                     if !member.value.isNull { self.collapseID = try ProtobufString.readJSON(member.value) }
+                case "outcomeReason", "outcome_reason":
+                    try seen.see(field: 18)
+                    if !member.value.isNull { self.outcomeReason = try ProtobufEnumField<OutcomeReason>.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -549,6 +854,7 @@ public struct DeliveryReport: ProtobufMessage {
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, jsonName: "completedAtMs", protoName: "completed_at_ms") }
         if !self.apnsUniqueID.isEmpty { writer.writeField(ProtobufString.self, self.apnsUniqueID, jsonName: "apnsUniqueId", protoName: "apns_unique_id") }
         if !self.collapseID.isEmpty { writer.writeField(ProtobufString.self, self.collapseID, jsonName: "collapseId", protoName: "collapse_id") }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, jsonName: "outcomeReason", protoName: "outcome_reason") }
     }
 }
 
@@ -589,6 +895,12 @@ public struct TokenInvalidated: ProtobufMessage {
     /// Field 8, `string installation_id`.
     public var installationID: String = ""
 
+    /// The dispatcher's own reason when it invalidated the token without Apple's word (for example
+    /// OUTCOME_REASON_INVALID_DEVICE_TOKEN); UNSPECIFIED when apns_reason (Apple's) says why.
+    ///
+    /// Field 9, `push.v1.OutcomeReason outcome_reason`.
+    public var outcomeReason: OutcomeReason = .unspecified
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -604,7 +916,8 @@ public struct TokenInvalidated: ProtobufMessage {
         apnsReason: String = "",
         apnsTimestampMs: Int64 = 0,
         requestID: String = "",
-        installationID: String = ""
+        installationID: String = "",
+        outcomeReason: OutcomeReason = .unspecified
     ) {
         self.deviceToken = deviceToken
         self.bundleID = bundleID
@@ -614,6 +927,7 @@ public struct TokenInvalidated: ProtobufMessage {
         self.apnsTimestampMs = apnsTimestampMs
         self.requestID = requestID
         self.installationID = installationID
+        self.outcomeReason = outcomeReason
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -636,6 +950,8 @@ public struct TokenInvalidated: ProtobufMessage {
                 self.requestID = try reader.read(ProtobufString.self)
             case (8, .lengthDelimited):
                 self.installationID = try reader.read(ProtobufString.self)
+            case (9, .varint):
+                self.outcomeReason = try reader.read(ProtobufEnumField<OutcomeReason>.self)
             default:
                 return false
             }
@@ -655,6 +971,7 @@ public struct TokenInvalidated: ProtobufMessage {
         case 6: "apns_timestamp_ms"
         case 7: "request_id"
         case 8: "installation_id"
+        case 9: "outcome_reason"
         default: String(number)
         }
     }
@@ -669,6 +986,7 @@ public struct TokenInvalidated: ProtobufMessage {
         if self.apnsTimestampMs != 0 { writer.writeField(ProtobufInt64.self, self.apnsTimestampMs, number: 6) }
         if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, number: 7) }
         if !self.installationID.isEmpty { writer.writeField(ProtobufString.self, self.installationID, number: 8) }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, number: 9) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -702,6 +1020,9 @@ public struct TokenInvalidated: ProtobufMessage {
                 case "installationId", "installation_id":
                     try seen.see(field: 8)
                     if !member.value.isNull { self.installationID = try ProtobufString.readJSON(member.value) }
+                case "outcomeReason", "outcome_reason":
+                    try seen.see(field: 9)
+                    if !member.value.isNull { self.outcomeReason = try ProtobufEnumField<OutcomeReason>.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -721,6 +1042,7 @@ public struct TokenInvalidated: ProtobufMessage {
         if self.apnsTimestampMs != 0 { writer.writeField(ProtobufInt64.self, self.apnsTimestampMs, jsonName: "apnsTimestampMs", protoName: "apns_timestamp_ms") }
         if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, jsonName: "requestId", protoName: "request_id") }
         if !self.installationID.isEmpty { writer.writeField(ProtobufString.self, self.installationID, jsonName: "installationId", protoName: "installation_id") }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, jsonName: "outcomeReason", protoName: "outcome_reason") }
     }
 }
 
@@ -761,6 +1083,12 @@ public struct RequestCompleted: ProtobufMessage {
     /// Field 9, `string error`.
     public var error: String = ""
 
+    /// REQUEST_STATUS_COMPLETED, or REQUEST_STATUS_CANCELLED when a CancelRequest stopped it.
+    /// UNSPECIFIED only from dispatchers older than this field: read it as COMPLETED.
+    ///
+    /// Field 10, `push.v1.RequestStatus status`.
+    public var status: RequestStatus = .unspecified
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -777,7 +1105,8 @@ public struct RequestCompleted: ProtobufMessage {
         skipped: UInt32 = 0,
         requestedAtMs: Int64 = 0,
         completedAtMs: Int64 = 0,
-        error: String = ""
+        error: String = "",
+        status: RequestStatus = .unspecified
     ) {
         self.requestID = requestID
         self.total = total
@@ -788,6 +1117,7 @@ public struct RequestCompleted: ProtobufMessage {
         self.requestedAtMs = requestedAtMs
         self.completedAtMs = completedAtMs
         self.error = error
+        self.status = status
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -812,6 +1142,8 @@ public struct RequestCompleted: ProtobufMessage {
                 self.completedAtMs = try reader.read(ProtobufInt64.self)
             case (9, .lengthDelimited):
                 self.error = try reader.read(ProtobufString.self)
+            case (10, .varint):
+                self.status = try reader.read(ProtobufEnumField<RequestStatus>.self)
             default:
                 return false
             }
@@ -832,6 +1164,7 @@ public struct RequestCompleted: ProtobufMessage {
         case 7: "requested_at_ms"
         case 8: "completed_at_ms"
         case 9: "error"
+        case 10: "status"
         default: String(number)
         }
     }
@@ -847,6 +1180,7 @@ public struct RequestCompleted: ProtobufMessage {
         if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, number: 7) }
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, number: 8) }
         if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, number: 9) }
+        if self.status.rawValue != 0 { writer.writeField(ProtobufEnumField<RequestStatus>.self, self.status, number: 10) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -883,6 +1217,9 @@ public struct RequestCompleted: ProtobufMessage {
                 case "error":
                     try seen.see(field: 9)
                     if !member.value.isNull { self.error = try ProtobufString.readJSON(member.value) }
+                case "status":
+                    try seen.see(field: 10)
+                    if !member.value.isNull { self.status = try ProtobufEnumField<RequestStatus>.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -903,6 +1240,7 @@ public struct RequestCompleted: ProtobufMessage {
         if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, jsonName: "requestedAtMs", protoName: "requested_at_ms") }
         if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, jsonName: "completedAtMs", protoName: "completed_at_ms") }
         if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, jsonName: "error", protoName: "error") }
+        if self.status.rawValue != 0 { writer.writeField(ProtobufEnumField<RequestStatus>.self, self.status, jsonName: "status", protoName: "status") }
     }
 }
 

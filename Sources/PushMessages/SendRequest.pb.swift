@@ -2,7 +2,15 @@
 // Regenerate with scripts/gen-messages; a test fails when this file and the .proto differ.
 //
 // What internal services produce to Kafka (topic push.send-requests.v1, keyed by request_id) to
-// send a notification. Producers may also send proto3 JSON (content-type: application/json).
+// send a notification, and the CancelRequest control record that stops one. Each record carries a
+// content-type header naming its encoding and message:
+//   application/x-protobuf; message=push.v1.SendRequest     binary SendRequest
+//   application/x-protobuf; message=push.v1.CancelRequest   binary CancelRequest
+//   application/json; message=push.v1.SendRequest           proto3 JSON SendRequest
+//   application/json; message=push.v1.CancelRequest         proto3 JSON CancelRequest
+//   application/json (no message parameter)                 proto3 JSON SendRequest (as before)
+// A reader tells the two JSON kinds apart by the header's message parameter only, never by
+// guessing from the fields; a record without a content-type header is a binary SendRequest.
 
 import ProtobufCodec
 
@@ -27,6 +35,20 @@ public struct SendRequest: ProtobufMessage {
     ///
     /// Field 6, `int64 created_at_ms`.
     public var createdAtMs: Int64 = 0
+
+    /// The producer's W3C Trace Context `traceparent` header text
+    /// (https://www.w3.org/TR/trace-context/#traceparent-header), e.g.
+    /// "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; copied unchanged into
+    /// FeedbackEvent.trace_parent of every feedback event of this request. Empty: no trace.
+    ///
+    /// Field 7, `string trace_parent`.
+    public var traceParent: String = ""
+
+    /// Not before this time, ms since the UNIX epoch: the dispatcher holds the request (status
+    /// SCHEDULED) until then. 0, or a time already passed, means now.
+    ///
+    /// Field 8, `int64 send_at_ms`.
+    public var sendAtMs: Int64 = 0
 
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
@@ -55,12 +77,16 @@ public struct SendRequest: ProtobufMessage {
         requestID: String = "",
         target: Target? = nil,
         notification: Notification? = nil,
-        createdAtMs: Int64 = 0
+        createdAtMs: Int64 = 0,
+        traceParent: String = "",
+        sendAtMs: Int64 = 0
     ) {
         self.requestID = requestID
         self.target = target
         self.notification = notification
         self.createdAtMs = createdAtMs
+        self.traceParent = traceParent
+        self.sendAtMs = sendAtMs
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -90,6 +116,10 @@ public struct SendRequest: ProtobufMessage {
                 self.notification = value
             case (6, .varint):
                 self.createdAtMs = try reader.read(ProtobufInt64.self)
+            case (7, .lengthDelimited):
+                self.traceParent = try reader.read(ProtobufString.self)
+            case (8, .varint):
+                self.sendAtMs = try reader.read(ProtobufInt64.self)
             default:
                 return false
             }
@@ -107,6 +137,8 @@ public struct SendRequest: ProtobufMessage {
         case 4: "audience"
         case 5: "notification"
         case 6: "created_at_ms"
+        case 7: "trace_parent"
+        case 8: "send_at_ms"
         default: String(number)
         }
     }
@@ -122,6 +154,8 @@ public struct SendRequest: ProtobufMessage {
         }
         if let value = self.notification { writer.writeMessage(value, number: 5) }
         if self.createdAtMs != 0 { writer.writeField(ProtobufInt64.self, self.createdAtMs, number: 6) }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, number: 7) }
+        if self.sendAtMs != 0 { writer.writeField(ProtobufInt64.self, self.sendAtMs, number: 8) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -152,6 +186,12 @@ public struct SendRequest: ProtobufMessage {
                 case "createdAtMs", "created_at_ms":
                     try seen.see(field: 6)
                     if !member.value.isNull { self.createdAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "traceParent", "trace_parent":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.traceParent = try ProtobufString.readJSON(member.value) }
+                case "sendAtMs", "send_at_ms":
+                    try seen.see(field: 8)
+                    if !member.value.isNull { self.sendAtMs = try ProtobufInt64.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -172,6 +212,140 @@ public struct SendRequest: ProtobufMessage {
         }
         if let value = self.notification { writer.writeMessage(value, jsonName: "notification", protoName: "notification") }
         if self.createdAtMs != 0 { writer.writeField(ProtobufInt64.self, self.createdAtMs, jsonName: "createdAtMs", protoName: "created_at_ms") }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, jsonName: "traceParent", protoName: "trace_parent") }
+        if self.sendAtMs != 0 { writer.writeField(ProtobufInt64.self, self.sendAtMs, jsonName: "sendAtMs", protoName: "send_at_ms") }
+    }
+}
+
+/// Asks the dispatcher to stop a send request: tokens not yet sent are settled SKIPPED with
+/// OUTCOME_REASON_CANCELLED, and its RequestCompleted says REQUEST_STATUS_CANCELLED. Notifications
+/// already handed to APNs cannot be called back. A cancel for a request that already completed, or
+/// that the dispatcher never saw, changes nothing.
+///
+/// It travels on the send-requests topic (push.send-requests.v1) as a record of its own, keyed by
+/// request_id exactly like the SendRequest it cancels, so both land on the same partition and are
+/// read in order; with the header
+///   content-type: application/x-protobuf; message=push.v1.CancelRequest
+/// or, as proto3 JSON,
+///   content-type: application/json; message=push.v1.CancelRequest
+///
+/// The message `push.v1.CancelRequest`.
+public struct CancelRequest: ProtobufMessage {
+    /// `push.v1.CancelRequest`.
+    public static let protoMessageName = "push.v1.CancelRequest"
+
+    /// The SendRequest.request_id to cancel; must equal the record's key.
+    ///
+    /// Field 1, `string request_id`.
+    public var requestID: String = ""
+
+    /// Why, for operators and logs: "campaign_aborted", "sent_by_mistake", …
+    ///
+    /// Field 2, `string reason`.
+    public var reason: String = ""
+
+    /// When the caller asked, ms since the UNIX epoch.
+    ///
+    /// Field 3, `int64 requested_at_ms`.
+    public var requestedAtMs: Int64 = 0
+
+    /// The canceller's W3C Trace Context `traceparent` header text; empty: no trace.
+    ///
+    /// Field 4, `string trace_parent`.
+    public var traceParent: String = ""
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        requestID: String = "",
+        reason: String = "",
+        requestedAtMs: Int64 = 0,
+        traceParent: String = ""
+    ) {
+        self.requestID = requestID
+        self.reason = reason
+        self.requestedAtMs = requestedAtMs
+        self.traceParent = traceParent
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.requestID = try reader.read(ProtobufString.self)
+            case (2, .lengthDelimited):
+                self.reason = try reader.read(ProtobufString.self)
+            case (3, .varint):
+                self.requestedAtMs = try reader.read(ProtobufInt64.self)
+            case (4, .lengthDelimited):
+                self.traceParent = try reader.read(ProtobufString.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "request_id"
+        case 2: "reason"
+        case 3: "requested_at_ms"
+        case 4: "trace_parent"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, number: 1) }
+        if !self.reason.isEmpty { writer.writeField(ProtobufString.self, self.reason, number: 2) }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, number: 3) }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, number: 4) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "requestId", "request_id":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.requestID = try ProtobufString.readJSON(member.value) }
+                case "reason":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.reason = try ProtobufString.readJSON(member.value) }
+                case "requestedAtMs", "requested_at_ms":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.requestedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "traceParent", "trace_parent":
+                    try seen.see(field: 4)
+                    if !member.value.isNull { self.traceParent = try ProtobufString.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, jsonName: "requestId", protoName: "request_id") }
+        if !self.reason.isEmpty { writer.writeField(ProtobufString.self, self.reason, jsonName: "reason", protoName: "reason") }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, jsonName: "requestedAtMs", protoName: "requested_at_ms") }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, jsonName: "traceParent", protoName: "trace_parent") }
     }
 }
 

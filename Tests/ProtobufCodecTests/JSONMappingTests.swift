@@ -30,7 +30,11 @@ struct JSONMappingTests {
         AnySample(Samples.sendRequestUsers), AnySample(Samples.sendRequestAudience), AnySample(Samples.deliveryReport),
         AnySample(Samples.tokenInvalidated), AnySample(Samples.requestCompleted), AnySample(Samples.campaignProgress),
         AnySample(Samples.feedbackDelivery), AnySample(Samples.feedbackInvalidated), AnySample(Samples.feedbackCompleted),
-        AnySample(Samples.feedbackProgress), AnySample(Samples.deadLetter),
+        AnySample(Samples.feedbackProgress), AnySample(Samples.deadLetter), AnySample(Samples.cancelRequest),
+        AnySample(DeliveryReport(outcomeReason: .expired)), AnySample(DeliveryReport(outcomeReason: .unrecognized(99))),
+        AnySample(TokenInvalidated(outcomeReason: .notForTopic)), AnySample(RequestCompleted(status: .completed)),
+        AnySample(SendRequest(traceParent: Samples.traceParent, sendAtMs: Int64.max)),
+        AnySample(DeadLetter(originalValueSize: UInt64.max, originalValueSha256: Array(repeating: 0xFF, count: 32))),
         AnySample(Notification(expiration: 0)), AnySample(Notification(environment: .unrecognized(7))),
         AnySample(SendRequest(target: .audience(AppAudience()))),
         AnySample(Scalars(
@@ -87,6 +91,21 @@ struct JSONMappingTests {
         #expect(Notification(pushType: .unrecognized(42)).jsonString() == #"{"pushType":42}"#)
         #expect(DeadLetter(originalKey: [0xFB, 0xFF]).jsonString() == #"{"originalKey":"+/8="}"#)
         #expect(Scalars(fDouble: .nan).jsonString() == #"{"fDouble":"NaN"}"#)
+        // The fields of issue 8: enums by name, 64-bit integers as strings, bytes as base64.
+        #expect(DeliveryReport(outcomeReason: .expired).jsonString() == #"{"outcomeReason":"OUTCOME_REASON_EXPIRED"}"#)
+        #expect(TokenInvalidated(outcomeReason: .invalidDeviceToken).jsonString(options: JSONEncodingOptions(useProtoFieldNames: true))
+            == #"{"outcome_reason":"OUTCOME_REASON_INVALID_DEVICE_TOKEN"}"#)
+        #expect(RequestCompleted(status: .cancelled).jsonString() == #"{"status":"REQUEST_STATUS_CANCELLED"}"#)
+        #expect(SendRequest(traceParent: "00-a-b-01", sendAtMs: 5).jsonString() == #"{"traceParent":"00-a-b-01","sendAtMs":"5"}"#)
+        #expect(FeedbackEvent(traceParent: "t").jsonString() == #"{"traceParent":"t"}"#)
+        #expect(Samples.cancelRequest.jsonString()
+            == #"{"requestId":"req-1","reason":"sent_by_mistake","requestedAtMs":"1764512000500","traceParent":"\#(Samples.traceParent)"}"#)
+        #expect(DeadLetter(originalValueSize: 7, originalValueSha256: [0xFB, 0xFF], originalValueTruncated: true).jsonString()
+            == #"{"originalValueSize":"7","originalValueSha256":"+/8=","originalValueTruncated":true}"#)
+        // Python spells these the same way.
+        let python = try PythonOracle.messageToJSON("push.v1.DeadLetter", [DeadLetter(originalValueSize: 7, originalValueTruncated: true).serializedBytes()])
+        #expect(try DeadLetter(jsonString: python[0]) == DeadLetter(originalValueSize: 7, originalValueTruncated: true))
+        #expect(python[0].contains(#""originalValueSize": "7""#))
     }
 
     @Test func acceptsEveryInputFormOfTheSpec() throws {

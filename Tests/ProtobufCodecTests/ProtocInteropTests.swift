@@ -41,6 +41,7 @@ struct ProtocInteropTests {
         try expectMatchesProtoc(Samples.requestCompleted, text: Samples.requestCompletedText)
         try expectMatchesProtoc(Samples.campaignProgress, text: Samples.campaignProgressText)
         try expectMatchesProtoc(Samples.deadLetter, text: Samples.deadLetterText)
+        try expectMatchesProtoc(Samples.cancelRequest, text: Samples.cancelRequestText)
         try expectMatchesProtoc(DeadLetter.Header(key: "k", value: [0, 1]), text: #"key: "k" value: "\000\001""#)
     }
 
@@ -57,6 +58,44 @@ struct ProtocInteropTests {
         try expectMatchesProtoc(Samples.feedbackInvalidated, text: Samples.feedbackInvalidatedText)
         try expectMatchesProtoc(Samples.feedbackCompleted, text: Samples.feedbackCompletedText)
         try expectMatchesProtoc(Samples.feedbackProgress, text: Samples.feedbackProgressText)
+    }
+
+    @Test func everyOutcomeReasonAndRequestStatusByName() throws {
+        // Each Swift case is the .proto value of the same number and name, on the wire and in text.
+        #expect(OutcomeReason.allCases.count == 14)
+        for reason in OutcomeReason.allCases where reason != .unspecified {
+            let name = try #require(reason.protoName)
+            #expect(name.hasPrefix("OUTCOME_REASON_"))
+            try expectMatchesProtoc(DeliveryReport(outcomeReason: reason), text: "outcome_reason: \(name)")
+            try expectMatchesProtoc(TokenInvalidated(outcomeReason: reason), text: "outcome_reason: \(name)")
+        }
+        #expect(OutcomeReason.expired.rawValue == 1 && OutcomeReason.invalidDeviceToken.rawValue == 13)
+        #expect(RequestStatus.allCases.map(\.protoName) == [
+            "REQUEST_STATUS_UNSPECIFIED", "REQUEST_STATUS_ACCEPTED", "REQUEST_STATUS_SCHEDULED", "REQUEST_STATUS_RUNNING",
+            "REQUEST_STATUS_COMPLETED", "REQUEST_STATUS_CANCELLED",
+        ])
+        for status in RequestStatus.allCases where status != .unspecified {
+            let name = try #require(status.protoName)
+            try expectMatchesProtoc(RequestCompleted(status: status), text: "status: \(name)")
+        }
+        // A value from a newer contract survives as a number.
+        try expectMatchesProtoc(DeliveryReport(outcomeReason: .unrecognized(99)), text: "outcome_reason: 99")
+    }
+
+    @Test func newFieldsHaveTheirContractNumbers() throws {
+        // Wire compatibility: the numbers issue 8 added, checked byte by byte.
+        #expect(hex(DeliveryReport(outcomeReason: .expired).serializedBytes()) == "90 01 01")  // field 18, varint
+        #expect(hex(TokenInvalidated(outcomeReason: .expired).serializedBytes()) == "48 01")  // field 9
+        #expect(hex(RequestCompleted(status: .cancelled).serializedBytes()) == "50 05")  // field 10
+        #expect(hex(FeedbackEvent(traceParent: "t").serializedBytes()) == "3a 01 74")  // field 7
+        #expect(hex(SendRequest(traceParent: "t", sendAtMs: 1).serializedBytes()) == "3a 01 74 40 01")  // fields 7, 8
+        #expect(hex(CancelRequest(requestID: "r", reason: "x", requestedAtMs: 2, traceParent: "t").serializedBytes())
+            == "0a 01 72 12 01 78 18 02 22 01 74")
+        #expect(hex(DeadLetter(originalValueSize: 300, originalValueSha256: [0xAB], originalValueTruncated: true).serializedBytes())
+            == "50 ac 02 5a 01 ab 60 01")  // fields 10, 11, 12
+        // A v1 reader that predates them keeps them as unknown fields: protoc sees the same message.
+        let older = try Protoc.encode("push.v1.DeliveryReport", #"request_id: "r" outcome_reason: OUTCOME_REASON_EXPIRED"#)
+        #expect(try DeliveryReport(protobufBytes: older) == DeliveryReport(requestID: "r", outcomeReason: .expired))
     }
 
     @Test func oneofLastFieldOnTheWireWins() throws {

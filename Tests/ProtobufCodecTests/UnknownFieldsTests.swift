@@ -15,7 +15,8 @@ struct UnknownFieldsTests {
           extra_text: "newer ✓" ExtraGroup { a: -1 b: "in group" Inner { c: 7 } }
           extra_fixed32: 4294967295 extra_packed: [-1, 0, 1, -2147483648] extra_far: -5
         }
-        created_at_ms: 1764512000000 trace_id: "trace-1" extra_ids: [1, 18446744073709551615]
+        created_at_ms: 1764512000000 trace_parent: "trace-1" send_at_ms: 1764512600000
+        extra_ids: [1, 18446744073709551615]
         """
 
     @Test func newerFieldsAreKeptAndWrittenBack() throws {
@@ -25,6 +26,8 @@ struct UnknownFieldsTests {
         // What v1 knows is decoded.
         #expect(request.requestID == "req-v2")
         #expect(request.createdAtMs == 1_764_512_000_000)
+        #expect(request.traceParent == "trace-1")
+        #expect(request.sendAtMs == 1_764_512_600_000)
         guard case .deviceTokens(let tokens)? = request.target else {
             Issue.record("target is \(String(describing: request.target))")
             return

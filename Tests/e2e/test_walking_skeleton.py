@@ -292,8 +292,12 @@ def test_a_notification_whose_expiration_passed_is_not_sent():
         report = stack.delivery_report(reader, request_id)
     finally:
         reader.close()
-    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("FAILED")
-    assert (report.apns_reason, report.attempts, report.http_status) == ("Expired", 0, 0)
+    feedback = stack.pb("feedback_pb2")
+    assert report.outcome == feedback.DeliveryOutcome.Value("FAILED")
+    # The dispatcher's own reason, not Apple's: apns_reason stays empty (nothing was sent).
+    assert report.outcome_reason == feedback.OutcomeReason.Value("OUTCOME_REASON_EXPIRED")
+    assert (report.apns_reason, report.attempts, report.http_status) == ("", 0, 0)
+    assert report.event_id == feedback_event_id(f"delivery-report\n{request_id}\n{token}")
     assert not [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
 
 
@@ -326,3 +330,53 @@ def test_a_stuck_request_holds_back_only_its_own_partition():
         stack.simulator_admin("/admin/faults", "PUT", {})
         reader.close()
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
+
+
+# docs/contracts.md "Event ids": the project's namespace for feedback event ids (UUIDv5).
+FEEDBACK_EVENT_NAMESPACE = uuid.UUID("26a8710c-1894-4fc1-b8dc-e7e709f9240b")
+
+
+def feedback_event_id(name: str) -> str:
+    return str(uuid.uuid5(FEEDBACK_EVENT_NAMESPACE, name))
+
+
+def test_a_redelivered_request_republishes_the_same_event_ids_and_its_trace():
+    token = stack.random_token()
+    request_id = f"twice-{uuid.uuid4()}"
+    trace_parent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    request = token_request(request_id, token)
+    request.trace_parent = trace_parent
+    feedback = stack.pb("feedback_pb2")
+
+    def completions(records):
+        return [e for e in stack.decode_feedback(records)
+                if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
+
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        stack.send_request(request)
+        first = reader.read_until(lambda rs: len(completions(rs)) >= 1, timeout=60)
+        # The same SendRequest again (same request_id): what Kafka redelivers after a crash.
+        stack.send_request(request)
+        second = reader.read_until(lambda rs: len(completions(first + rs)) >= 2, timeout=60)
+        events = stack.decode_feedback(first + second)
+    finally:
+        reader.close()
+
+    done = [e for e in events if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
+    assert len(done) == 2
+    expected = feedback_event_id(f"request-completed\n{request_id}")
+    assert [e.event_id for e in done] == [expected, expected]
+    assert all(e.request_completed.status == feedback.RequestStatus.Value("REQUEST_STATUS_COMPLETED") for e in done)
+    assert all((e.request_completed.total, e.request_completed.delivered) == (1, 1) for e in done)
+    reports = [e for e in events if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id]
+    assert reports, "no DeliveryReport"
+    assert {e.event_id for e in reports} == {feedback_event_id(f"delivery-report\n{request_id}\n{token}")}
+    assert all(e.delivery_report.event_id == e.event_id for e in reports)
+    assert all(e.delivery_report.outcome == feedback.DeliveryOutcome.Value("DELIVERED") for e in reports)
+    assert all(e.delivery_report.outcome_reason == feedback.OutcomeReason.Value("OUTCOME_REASON_UNSPECIFIED")
+               for e in reports)
+    # The producer's trace is on every feedback event of the request.
+    assert {e.trace_parent for e in done + reports} == {trace_parent}
+    # Sent once: the redelivery re-published the recorded report instead of sending again.
+    assert len([r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]) == 1

@@ -59,12 +59,22 @@ enum Samples {
     static let appAudienceText = #"bundle_id: "com.example.app" environment: PRODUCTION"#
 
     static let sendRequestTokens = SendRequest(
-        requestID: "req-1", target: .deviceTokens(deviceTokens), notification: notification, createdAtMs: 1_764_512_000_000
+        requestID: "req-1", target: .deviceTokens(deviceTokens), notification: notification, createdAtMs: 1_764_512_000_000,
+        traceParent: traceParent, sendAtMs: 1_764_512_600_000
     )
     static let sendRequestTokensText = """
         request_id: "req-1" device_tokens { \(deviceTokensText) } notification { \(notificationText) }
-        created_at_ms: 1764512000000
+        created_at_ms: 1764512000000 trace_parent: "\(traceParent)" send_at_ms: 1764512600000
         """
+    /// W3C Trace Context's example `traceparent` (https://www.w3.org/TR/trace-context/#examples-of-http-traceparent-headers).
+    static let traceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    static let cancelRequest = CancelRequest(
+        requestID: "req-1", reason: "sent_by_mistake", requestedAtMs: 1_764_512_000_500, traceParent: traceParent)
+    static let cancelRequestText = #"""
+        request_id: "req-1" reason: "sent_by_mistake" requested_at_ms: 1764512000500
+        trace_parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        """#
     static let sendRequestUsers = SendRequest(requestID: "req-2", target: .userIDs(userIDs), notification: notification)
     static let sendRequestUsersText = #"request_id: "req-2" user_ids { \#(userIDsText) } notification { \#(notificationText) }"#
     static let sendRequestAudience = SendRequest(requestID: "req-3", target: .audience(appAudience), createdAtMs: -1)
@@ -74,32 +84,35 @@ enum Samples {
         eventID: "ev-3", requestID: "req-1", deviceToken: token, bundleID: "com.example.app", environment: .production,
         pushType: .voip, userID: "user-42", outcome: .rejected, httpStatus: 410, apnsReason: "Unregistered",
         apnsID: "0e3b8f2c-8d7a-4b1e-9c3d-2a1b0c9d8e7f", attempts: UInt32.max, requestedAtMs: 1_764_512_000_000,
-        sentAtMs: 1_764_512_000_010, completedAtMs: 1_764_512_000_050, apnsUniqueID: "unique-1", collapseID: "c"
+        sentAtMs: 1_764_512_000_010, completedAtMs: 1_764_512_000_050, apnsUniqueID: "unique-1", collapseID: "c",
+        outcomeReason: .retryHorizonExceeded
     )
     static let deliveryReportText = """
         event_id: "ev-3" request_id: "req-1" device_token: "\(token)" bundle_id: "com.example.app"
         environment: PRODUCTION push_type: PUSH_TYPE_VOIP user_id: "user-42" outcome: REJECTED http_status: 410
         apns_reason: "Unregistered" apns_id: "0e3b8f2c-8d7a-4b1e-9c3d-2a1b0c9d8e7f" attempts: 4294967295
         requested_at_ms: 1764512000000 sent_at_ms: 1764512000010 completed_at_ms: 1764512000050
-        apns_unique_id: "unique-1" collapse_id: "c"
+        apns_unique_id: "unique-1" collapse_id: "c" outcome_reason: OUTCOME_REASON_RETRY_HORIZON_EXCEEDED
         """
 
     static let tokenInvalidated = TokenInvalidated(
         deviceToken: token, bundleID: "com.example.app", environment: .sandbox, userID: "user-42",
-        apnsReason: "ExpiredToken", apnsTimestampMs: 1_764_000_000_000, requestID: "req-9", installationID: "inst-7"
+        apnsReason: "ExpiredToken", apnsTimestampMs: 1_764_000_000_000, requestID: "req-9", installationID: "inst-7",
+        outcomeReason: .invalidDeviceToken
     )
     static let tokenInvalidatedText = """
         device_token: "\(token)" bundle_id: "com.example.app" environment: SANDBOX user_id: "user-42"
         apns_reason: "ExpiredToken" apns_timestamp_ms: 1764000000000 request_id: "req-9" installation_id: "inst-7"
+        outcome_reason: OUTCOME_REASON_INVALID_DEVICE_TOKEN
         """
 
     static let requestCompleted = RequestCompleted(
         requestID: "req-1", total: 10, delivered: 6, rejected: 2, failed: 1, skipped: 1,
-        requestedAtMs: 1_764_512_000_000, completedAtMs: 1_764_512_009_999
+        requestedAtMs: 1_764_512_000_000, completedAtMs: 1_764_512_009_999, error: "e", status: .cancelled
     )
     static let requestCompletedText = """
         request_id: "req-1" total: 10 delivered: 6 rejected: 2 failed: 1 skipped: 1
-        requested_at_ms: 1764512000000 completed_at_ms: 1764512009999
+        requested_at_ms: 1764512000000 completed_at_ms: 1764512009999 error: "e" status: REQUEST_STATUS_CANCELLED
         """
 
     static let campaignProgress = CampaignProgress(
@@ -113,8 +126,12 @@ enum Samples {
         updated_at_ms: 1764512100000
         """
 
-    static let feedbackDelivery = FeedbackEvent(eventID: "ev-3", eventTimeMs: 1_764_512_000_050, event: .deliveryReport(deliveryReport))
-    static let feedbackDeliveryText = #"event_id: "ev-3" event_time_ms: 1764512000050 delivery_report { \#(deliveryReportText) }"#
+    static let feedbackDelivery = FeedbackEvent(
+        eventID: "ev-3", eventTimeMs: 1_764_512_000_050, event: .deliveryReport(deliveryReport), traceParent: traceParent)
+    static let feedbackDeliveryText = #"""
+        event_id: "ev-3" event_time_ms: 1764512000050 delivery_report { \#(deliveryReportText) }
+        trace_parent: "\#(traceParent)"
+        """#
     static let feedbackInvalidated = FeedbackEvent(eventID: "ev-4", eventTimeMs: 1, event: .tokenInvalidated(tokenInvalidated))
     static let feedbackInvalidatedText = #"event_id: "ev-4" event_time_ms: 1 token_invalidated { \#(tokenInvalidatedText) }"#
     static let feedbackCompleted = FeedbackEvent(eventID: "ev-5", event: .requestCompleted(requestCompleted))
@@ -130,7 +147,8 @@ enum Samples {
             DeadLetter.Header(key: "x-trace", value: []),
             DeadLetter.Header(key: "content-type", value: [0x01, 0x02]),
         ],
-        error: "notification.payload: not a JSON object", rejectedBy: "dispatcher", rejectedAtMs: 1_764_512_000_001
+        error: "notification.payload: not a JSON object", rejectedBy: "dispatcher", rejectedAtMs: 1_764_512_000_001,
+        originalValueSize: 1_048_583, originalValueSha256: Array(0...31), originalValueTruncated: true
     )
     static let deadLetterText = #"""
         source_topic: "push.send-requests.v1" source_partition: -1 source_offset: 123456789012
@@ -139,5 +157,8 @@ enum Samples {
         original_headers { key: "x-trace" }
         original_headers { key: "content-type" value: "\001\002" }
         error: "notification.payload: not a JSON object" rejected_by: "dispatcher" rejected_at_ms: 1764512000001
+        original_value_size: 1048583
+        original_value_sha256: "\000\001\002\003\004\005\006\007\010\t\n\013\014\r\016\017\020\021\022\023\024\025\026\027\030\031\032\033\034\035\036\037"
+        original_value_truncated: true
         """#
 }
