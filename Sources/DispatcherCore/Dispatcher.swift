@@ -73,7 +73,7 @@ public final class Dispatcher: Sendable {
         self.producer = producer
         self.feedback = FeedbackPublisher(
             producer: producer, topics: configuration.topics, clock: clock,
-            deadLetterMaxBytes: min(configuration.deadLetterMaxBytes, producer.maxMessageBytes - 1024), logger: logger)
+            maxRecordBytes: min(configuration.deadLetterMaxBytes, producer.maxMessageBytes), logger: logger)
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications)
@@ -106,7 +106,7 @@ public final class Dispatcher: Sendable {
         await intake.value
         let dropped = stopAll()
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
-        await withTaskCancellationHandler {
+        _ = await withTaskCancellationHandler {
             await waitUntilIdle(nil)
         } onCancel: {
             self.cancelWorkers(of: nil)
@@ -214,7 +214,7 @@ public final class Dispatcher: Sendable {
                     next = result.next
                     if let offset = result.store {
                         // Stored under the lock, so that stores of one partition never go backwards.
-                        if consumer.storeOffsets([partition: offset])[partition] == .notAssigned {
+                        if case .notAssigned? = consumer.storeOffsets([partition: offset])[partition] {
                             logger.info("partition no longer assigned: dropping its state", ["partition": "\(partition)"])
                             slot.scheduler.stop()
                         }
@@ -273,7 +273,7 @@ public final class Dispatcher: Sendable {
                     fields["retrying_for_s"] = "\(elapsed.components.seconds)"
                     logger.error("record stuck: still retrying", fields)
                 } else {
-                    fields["delay_ms"] = "\(delay.wholeMilliseconds)"
+                    fields["delay_ms"] = "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)"
                     logger.warning("retrying a record after a failure", fields)
                 }
                 engine.withLock { $0.workers[worker]?.retrying = true }

@@ -2,6 +2,7 @@ import Foundation
 import Kafka
 import PushMessages
 import ServiceCore
+import Synchronization
 
 /// Publishes feedback events and dead letters, each awaited until Kafka acknowledged it.
 public final class FeedbackPublisher: Sendable {
@@ -17,11 +18,14 @@ public final class FeedbackPublisher: Sendable {
     private let topics: DispatcherConfiguration.Topics
     private let clock: any WallClock
     private let maxRecordBytes: Int
+    private let logger: Logger
+    private let droppedDeadLetters = Atomic<Int>(0)
 
     /// - Parameter maxRecordBytes: the producer's `message.max.bytes`; a dead letter whose original
     ///   value would make it larger keeps only a prefix of that value. Default 1,000,000 bytes.
     public init(producer: KafkaProducer, topics: DispatcherConfiguration.Topics, clock: any WallClock,
-                maxRecordBytes: Int = FeedbackPublisher.defaultMaxRecordBytes) {
+                maxRecordBytes: Int = FeedbackPublisher.defaultMaxRecordBytes, logger: Logger = Logger(label: "dispatcher.feedback")) {
+        self.logger = logger
         self.producer = producer
         self.topics = topics
         self.clock = clock
@@ -110,14 +114,33 @@ public final class FeedbackPublisher: Sendable {
         rest.originalValue = []
         rest.originalValueTruncated = true
         let overhead = (message.key?.count ?? 0) + "content-type".utf8.count + Self.deadLetterContentType.utf8.count
-            + rest.serializedBytes().count + 6 + 512
+            + rest.serializedBytes().count + 6 + 1024
         let room = max(0, maxRecordBytes - overhead)
         if message.value.count > room {
             letter.originalValue = Array(message.value.prefix(room))
             letter.originalValueTruncated = true
         }
-        _ = try await producer.send(
-            topic: topics.deadLetter, key: message.key, value: letter.serializedBytes(),
-            headers: [KafkaHeader(name: "content-type", value: Self.deadLetterContentType)])
+        let headers = [KafkaHeader(name: "content-type", value: Self.deadLetterContentType)]
+        do {
+            _ = try await producer.send(topic: topics.deadLetter, key: message.key, value: letter.serializedBytes(), headers: headers)
+        } catch let error as KafkaError where error.code == .messageSizeTooLarge {
+            // Still too large for the broker (a topic with a smaller max.message.bytes): keep the
+            // description without the value. Failing that, log and count it: a dead letter never
+            // blocks the partition.
+            letter.originalValue = []
+            letter.originalValueTruncated = true
+            do {
+                _ = try await producer.send(topic: topics.deadLetter, key: message.key, value: letter.serializedBytes(), headers: headers)
+            } catch let error as KafkaError where error.code == .messageSizeTooLarge {
+                droppedDeadLetters.add(1, ordering: .relaxed)
+                logger.error("dead letter refused as too large even without its value; dropped", [
+                    "topic": message.topic, "partition": "\(message.partition)", "offset": "\(message.offset)",
+                    "original_size": "\(message.value.count)", "error": "\(error)",
+                ])
+            }
+        }
     }
+
+    /// Dead letters Kafka refused as too large even with their value emptied (logged, then dropped).
+    public var deadLettersDropped: Int { droppedDeadLetters.load(ordering: .relaxed) }
 }

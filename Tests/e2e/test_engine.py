@@ -1,0 +1,305 @@
+"""The dispatcher's engine on the real stack: what a SIGTERM, a second replica and an oversized
+record do to commits (docs/dispatcher-engine.md).
+
+Each test restores the stack's single dispatcher before it ends (same binary, same environment).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import pushstack as stack
+
+GROUP = "push-dispatcher"
+BUNDLE = "com.example.engine"
+
+
+def wait_for(predicate, what: str, timeout: float = 60.0, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"gave up after {timeout}s waiting for {what}")
+
+
+class Dispatcher:
+    """A dispatcher process started with the same binary and environment as the stack's."""
+
+    def __init__(self, pid: int, log: Path):
+        self.pid, self.log = pid, log
+
+    @staticmethod
+    def stack() -> "Dispatcher":
+        pid = int((stack.VAR_DIR / "run" / "dispatcher.pid").read_text())
+        return Dispatcher(pid, stack.VAR_DIR / "log" / "dispatcher.log")
+
+    def launch_spec(self) -> tuple[list[str], dict[str, str]]:
+        argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{self.pid}/environ").read_bytes().split(b"\0") if b"=" in item)
+        return [a.decode() for a in argv], {k.decode(): v.decode() for k, v in environ.items()}
+
+    @staticmethod
+    def start(argv: list[str], env: dict[str, str], log: Path, pid_file: Path | None = None) -> "Dispatcher":
+        before = log.read_text(errors="replace").count("dispatcher ready") if log.exists() else 0
+        with open(log, "a") as out:
+            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        if pid_file:
+            pid_file.write_text(str(process.pid))
+        wait_for(lambda: log.read_text(errors="replace").count("dispatcher ready") > before, what=f"{log.name} to be ready")
+        dispatcher = Dispatcher(process.pid, log)
+        dispatcher.process = process
+        return dispatcher
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # a zombie child is not alive
+            return Path(f"/proc/{self.pid}/stat").read_text().split()[2] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def exit_status(self, timeout: float) -> int | None:
+        """Waits for the process to end; its exit status when it is our child, else None."""
+        process = getattr(self, "process", None)
+        if process is not None:
+            return process.wait(timeout=timeout)
+        wait_for(lambda: not self.alive(), what=f"dispatcher {self.pid} to exit", timeout=timeout)
+        return None
+
+
+def committed(topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({**stack.kafka_config(), "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        return consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def register_bulk(user_id: str, count: int) -> list[str]:
+    """Inserts `count` active sandbox tokens of `user_id` straight into the token table."""
+    tokens = [stack.random_token() for _ in range(count)]
+    values = ",".join(f"('{t}','{BUNDLE}','sandbox','standard','{user_id}','active',1,1)" for t in tokens)
+    stack.psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,"
+               f" last_event_at_ms, registered_at_ms) VALUES {values}")
+    return tokens
+
+
+def user_request(request_id: str, user_id: str):
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    return send.SendRequest(
+        request_id=request_id, user_ids=send.UserIds(user_ids=[user_id]),
+        notification=send.Notification(bundle_id=BUNDLE, environment=common.Environment.Value("SANDBOX"),
+                                        push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"engine"}}'))
+
+
+def produced_offset(partition: int) -> int:
+    """The offset the next record produced to send-requests[partition] gets."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({**stack.kafka_config(), "group.id": f"e2e-{uuid.uuid4()}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(stack.SEND_REQUESTS, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+class Feedback:
+    """Everything of one request on the feedback topic, read live."""
+
+    def __init__(self, request_id: str):
+        self.request_id = request_id
+        self.reader = stack.TopicReader(stack.FEEDBACK)
+        self.reports: list = []
+        self.completed: list = []
+        self.event_ids: list[str] = []
+
+    def poll(self, seconds: float = 0.2) -> None:
+        for event in stack.decode_feedback(self.reader.drain(seconds)):
+            kind = event.WhichOneof("event")
+            if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
+                self.reports.append(event)
+            elif kind == "request_completed" and event.request_completed.request_id == self.request_id:
+                self.completed.append(event)
+
+    def until(self, predicate, what: str, timeout: float = 120.0):
+        return wait_for(lambda: (self.poll(), predicate(self))[1], what=what, timeout=timeout, interval=0)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+@pytest.fixture()
+def slow_apple():
+    """Every push answered after 400 ms, so a 10,000-token request takes seconds."""
+    stack.simulator_admin("/admin/faults", "PUT", {"latency": {"distribution": "uniform", "min_ms": 400, "max_ms": 400}})
+    yield
+    stack.simulator_admin("/admin/faults", "PUT", {})
+
+
+def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_token(slow_apple):
+    dispatcher = Dispatcher.stack()
+    argv, env = dispatcher.launch_spec()
+    user = f"engine-term-{uuid.uuid4()}"
+    tokens = set(register_bulk(user, 10_000))
+    request_id = f"term-{uuid.uuid4()}"
+    partition = 2
+    offset = produced_offset(partition)
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(user_request(request_id, user), partition=partition)
+        feedback.until(lambda f: len(f.reports) >= 1_000, "the first 1,000 reports")
+        started = time.monotonic()
+        os.kill(dispatcher.pid, signal.SIGTERM)
+        dispatcher.exit_status(timeout=30)
+        elapsed = time.monotonic() - started
+        log = dispatcher.log.read_text(errors="replace").split("dispatcher ready")[-1]
+        assert "outcome=graceful" in log, log[-2000:]
+        assert elapsed < 30
+        assert committed(stack.SEND_REQUESTS, partition) <= offset, "the unfinished request's offset was committed"
+        feedback.poll(1.0)
+        before_restart = len({e.delivery_report.device_token for e in feedback.reports})
+        assert before_restart < len(tokens), "the request finished before the SIGTERM: make it slower"
+        assert not feedback.completed
+
+        Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+        feedback.until(lambda f: f.completed, "the RequestCompleted after the restart")
+        feedback.poll(2.0)
+    finally:
+        feedback.close()
+        if not Dispatcher.stack().alive():
+            Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+
+    by_token: dict[str, set[str]] = {}
+    for event in feedback.reports:
+        by_token.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
+    assert set(by_token) == tokens
+    assert all(len(ids) == 1 for ids in by_token.values()), "a token got two different final reports"
+    assert len({e.event_id for e in feedback.completed}) == 1
+    completed = feedback.completed[0].request_completed
+    assert (completed.total, completed.delivered) == (10_000, 10_000)
+    assert committed(stack.SEND_REQUESTS, partition) == wait_for(
+        lambda: committed(stack.SEND_REQUESTS, partition) if committed(stack.SEND_REQUESTS, partition) > offset else None,
+        what="the request's offset to be committed", timeout=30)
+
+
+def test_a_second_sigterm_during_the_drain_exits_at_once_without_committing(slow_apple):
+    dispatcher = Dispatcher.stack()
+    argv, env = dispatcher.launch_spec()
+    user = f"engine-term2-{uuid.uuid4()}"
+    register_bulk(user, 3_000)
+    request_id = f"term2-{uuid.uuid4()}"
+    partition = 3
+    offset = produced_offset(partition)
+    feedback = Feedback(request_id)
+    try:
+        # Apple stops answering: the notifications in flight cannot finish, so the drain would last.
+        stack.simulator_admin("/admin/faults", "PUT", {"unanswered_share": 1.0})
+        stack.send_request(user_request(request_id, user), partition=partition)
+        wait_for(lambda: len([r for r in stack.simulator_admin("/admin/requests")["requests"]
+                              if r["path"].startswith("/3/device/")]) > 0, what="pushes reaching the simulator")
+        os.kill(dispatcher.pid, signal.SIGTERM)
+        wait_for(lambda: "dispatcher stopping" in dispatcher.log.read_text(errors="replace").split("dispatcher ready")[-1],
+                 what="graceful shutdown to start")
+        started = time.monotonic()
+        os.kill(dispatcher.pid, signal.SIGTERM)
+        dispatcher.exit_status(timeout=10)
+        assert time.monotonic() - started < 10
+        assert committed(stack.SEND_REQUESTS, partition) <= offset
+    finally:
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        feedback.close()
+        if not Dispatcher.stack().alive():
+            Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+    # The restarted dispatcher finishes the request.
+    feedback = Feedback(request_id)
+    try:
+        # Drop the connections the old process left: nothing to wait for; the new one re-sends.
+        feedback.until(lambda f: f.completed, "the RequestCompleted after the restart", timeout=180)
+    finally:
+        feedback.close()
+
+
+def test_a_second_replica_joining_mid_request_takes_over_without_repeats(slow_apple):
+    dispatcher = Dispatcher.stack()
+    argv, env = dispatcher.launch_spec()
+    user = f"engine-join-{uuid.uuid4()}"
+    tokens = set(register_bulk(user, 10_000))
+    request_ids = [f"join-{p}-{uuid.uuid4()}" for p in range(4)]
+    feedbacks = {rid: Feedback(rid) for rid in request_ids}
+    second = None
+    try:
+        for partition, rid in enumerate(request_ids):
+            stack.send_request(user_request(rid, user), partition=partition)
+        first = feedbacks[request_ids[0]]
+        first.until(lambda f: len(f.reports) >= 500, "the first reports")
+        env2 = {**env, "PUSH_INSTANCE_ID": f"second-{uuid.uuid4().hex[:8]}"}
+        second = Dispatcher.start(argv, env2, stack.VAR_DIR / "log" / "dispatcher-2.log")
+        for rid, feedback in feedbacks.items():
+            feedback.until(lambda f: f.completed, f"the RequestCompleted of {rid}", timeout=240)
+        for feedback in feedbacks.values():
+            feedback.poll(1.0)
+    finally:
+        for feedback in feedbacks.values():
+            feedback.close()
+        if second is not None:
+            os.kill(second.pid, signal.SIGTERM)
+            second.exit_status(timeout=40)
+    logs = dispatcher.log.read_text(errors="replace") + (stack.VAR_DIR / "log" / "dispatcher-2.log").read_text(errors="replace")
+    assert "lost=true" not in logs, "a replica lost its partitions (left the group)"
+    for rid, feedback in feedbacks.items():
+        ids_by_token: dict[str, set[str]] = {}
+        for event in feedback.reports:
+            ids_by_token.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
+        assert set(ids_by_token) == tokens, rid
+        assert all(len(ids) == 1 for ids in ids_by_token.values()), f"{rid}: a token got two different reports"
+        # At most one repeat of RequestCompleted, carrying the same event id.
+        assert 1 <= len(feedback.completed) <= 2
+        assert len({e.event_id for e in feedback.completed}) == 1
+
+
+def test_a_send_request_larger_than_the_producer_limit_is_dead_lettered_truncated_and_the_next_is_delivered():
+    import hashlib
+    from confluent_kafka import Producer
+    dead = stack.pb("dead_letter_pb2")
+    big_id = f"huge-{uuid.uuid4()}"
+    value = b"\x0a" + b"x" * 1_500_000  # not a valid SendRequest either; far above message.max.bytes (1 MB)
+    partition = 1
+    producer = Producer({**stack.kafka_config(), "message.max.bytes": 4_000_000})
+    errors: list = []
+    producer.produce(stack.SEND_REQUESTS, key=big_id.encode(), value=value, partition=partition,
+                     headers=[("content-type", b"application/x-protobuf; message=push.v1.SendRequest")],
+                     on_delivery=lambda err, msg: errors.append(err) if err else None)
+    producer.flush(15)
+    assert not errors, errors
+    token = stack.random_token()
+    next_id = f"after-huge-{uuid.uuid4()}"
+    letters = stack.TopicReader(stack.DEAD_LETTER)
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        from test_walking_skeleton import token_request
+        stack.send_request(token_request(next_id, token), partition=partition)
+        report = stack.delivery_report(reader, next_id, timeout=60)
+        records = letters.read_until(lambda rs: any(r.key() == big_id.encode() for r in rs), timeout=30)
+    finally:
+        reader.close()
+        letters.close()
+    assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
+    record = [r for r in records if r.key() == big_id.encode()][0]
+    assert len(record.value()) <= 1_000_000
+    letter = dead.DeadLetter()
+    letter.ParseFromString(record.value())
+    assert letter.original_value_size == len(value)
+    assert letter.original_value_sha256 == hashlib.sha256(value).digest()
+    assert letter.original_value_truncated
+    assert value.startswith(letter.original_value) and 0 < len(letter.original_value) < len(value)
