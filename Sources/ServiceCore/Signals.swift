@@ -59,7 +59,7 @@ private final class SignalHub: Sendable {
                 // The source needs the default action out of the way, or the signal would kill the process.
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { [unowned source] in
+                source.setEventHandler {  // keeps `source` alive, as intended: it lives as long as the process
                     // `data` is the number of occurrences since the handler last ran.
                     SignalHub.shared.deliver(number, count: max(1, Int(source.data)))
                 }
