@@ -79,63 +79,72 @@ public struct ServiceGroup: Sendable {
             }
             if let signalStream { group.addTask { await Self.nextSignal(signalStream) } }
 
-            var action = machine.start()
+            var events: [ServiceGroupStateMachine.Event] = []
+            var actions = [machine.start()]
             var sawCancellation = false
             while true {
-                switch action {
-                case .none:
-                    break
-                case .beginGracefulShutdown(let cause):
-                    logger.notice("graceful shutdown started", ["cause": cause.description, "grace_period": "\(configuration.gracePeriod)"])
-                    self.shutdown.trigger()
-                    let gracePeriod = configuration.gracePeriod
-                    group.addTask {
-                        do {
-                            try await Task.sleep(for: gracePeriod)
-                            return .gracePeriodElapsed
-                        } catch {
-                            return .helperEnded
+                for action in actions {
+                    switch action {
+                    case .none:
+                        break
+                    case .beginGracefulShutdown(let cause):
+                        logger.notice("graceful shutdown started", ["cause": cause.description, "grace_period": "\(configuration.gracePeriod)"])
+                        self.shutdown.trigger()
+                        let gracePeriod = configuration.gracePeriod
+                        group.addTask {
+                            do {
+                                try await Task.sleep(for: gracePeriod)
+                                return .gracePeriodElapsed
+                            } catch {
+                                return .helperEnded
+                            }
                         }
+                    case .cancelServices(let outcome):
+                        logger.warning("shutdown escalated: cancelling services", [
+                            "reason": outcome.description, "still_running": "\(machine.runningCount)",
+                        ])
+                        group.cancelAll()
+                    case .finish(let outcome):
+                        group.cancelAll()  // the helpers: signal listener, trigger waiter, grace timer
+                        return (outcome, machine.firstError)
                     }
-                case .cancelServices(let outcome):
-                    logger.warning("shutdown escalated: cancelling services", [
-                        "reason": outcome.description, "still_running": "\(machine.runningCount)",
-                    ])
-                    group.cancelAll()
-                case .finish(let outcome):
-                    group.cancelAll()  // the helpers: signal listener, trigger waiter, grace timer
-                    return (outcome, machine.firstError)
                 }
 
+                if !Task.isCancelled || sawCancellation {
+                    guard let child = await group.next() else {
+                        preconditionFailure("the service group ran out of child tasks before its services finished")
+                    }
+                    switch child {
+                    case .serviceFinished(let index, let error):
+                        if let error {
+                            logger.error("service failed", ["service": names[index], "error": "\(error)"])
+                        } else {
+                            logger.info("service finished", ["service": names[index]])
+                        }
+                        events.append(.serviceFinished(index: index, error: error))
+                    case .shutdownRequested:
+                        events.append(.shutdownRequested)
+                    case .signal(let number):
+                        logger.notice("signal received", ["signal": "\(number)"])
+                        events.append(.signalReceived(number))
+                    case .gracePeriodElapsed:
+                        events.append(.gracePeriodElapsed)
+                    case .helperEnded:
+                        break
+                    }
+                }
+                // Cancellation of `run()` may have come while waiting: it precedes what it caused
+                // (a service ending with `CancellationError` is then no failure).
                 if Task.isCancelled && !sawCancellation {
                     sawCancellation = true
-                    action = machine.handle(.runCancelled)
-                    continue
+                    events.insert(.runCancelled, at: 0)
                 }
-                guard let child = await group.next() else {
-                    preconditionFailure("the service group ran out of child tasks before its services finished")
+                actions = events.map { machine.handle($0) }
+                if events.contains(where: { if case .signalReceived = $0 { true } else { false } }),
+                   machine.wantsSignals, let signalStream {
+                    group.addTask { await Self.nextSignal(signalStream) }
                 }
-                switch child {
-                case .serviceFinished(let index, let error):
-                    if let error {
-                        logger.error("service failed", ["service": names[index], "error": "\(error)"])
-                    } else {
-                        logger.info("service finished", ["service": names[index]])
-                    }
-                    action = machine.handle(.serviceFinished(index: index, error: error))
-                case .shutdownRequested:
-                    action = machine.handle(.shutdownRequested)
-                case .signal(let number):
-                    logger.notice("signal received", ["signal": "\(number)"])
-                    action = machine.handle(.signalReceived(number))
-                    if machine.wantsSignals, let signalStream {
-                        group.addTask { await Self.nextSignal(signalStream) }
-                    }
-                case .gracePeriodElapsed:
-                    action = machine.handle(.gracePeriodElapsed)
-                case .helperEnded:
-                    action = .none
-                }
+                events.removeAll()
             }
         }
         if let error {
