@@ -59,9 +59,15 @@ public final class RegistrationServer: Sendable {
         self.server = server
     }
 
-    /// Stops accepting calls and lets calls in progress finish within `gracePeriod`.
+    /// Stops accepting calls (GOAWAY to every connection) and lets calls in progress finish within
+    /// `gracePeriod`; then drops what is left.
     public func shutdown(gracePeriod: Duration = .seconds(5)) async {
         await server.shutdown(gracePeriod: gracePeriod)
+    }
+
+    /// Drops every connection at once, abandoning calls in progress (escalated shutdown).
+    public func close() {
+        server.close()
     }
 
     private static func decodeProtobuf<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(GRPCStatus) -> M {

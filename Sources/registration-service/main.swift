@@ -6,29 +6,37 @@ import RegistrationServiceCore
 import ServiceCore
 
 // registration-service: push.v1.TokenRegistry over gRPC (and JSON over HTTP/2) → push.token-events.v1.
+// One service group: SIGTERM/SIGINT → graceful shutdown (drain calls, flush Kafka), a second signal or
+// PUSH_SHUTDOWN_GRACE_MS → cancellation. Exit 0 after a graceful stop, 1 otherwise. See docs/lifecycle.md.
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "registration-service")
+let group: ServiceGroup
 do {
     let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
-    var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: bootstrap)
+    var producer = KafkaProducerConfiguration(bootstrapServers: bootstrap)
     // A caller waits for Kafka's acknowledgement: fail with UNAVAILABLE rather than hang for minutes.
-    producerConfiguration.messageTimeout = try env.milliseconds("PUSH_KAFKA_MESSAGE_TIMEOUT_MS", default: .seconds(30))
-    let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger.with(["component": "kafka.producer"]))
-    let service = TokenRegistryService(
-        producer: producer, topic: env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1"), logger: logger)
+    producer.messageTimeout = try env.milliseconds("PUSH_KAFKA_MESSAGE_TIMEOUT_MS", default: .seconds(30))
     var http2 = HTTP2Server.Configuration(
         host: env.string("PUSH_GRPC_HOST", default: "0.0.0.0"), port: try env.int("PUSH_GRPC_PORT", default: 50051))
     if let certificate = env.string("PUSH_GRPC_TLS_CERT_FILE") {
         http2.tls = HTTP2ServerTLS(certificateChainFile: certificate, privateKeyFile: try env.required("PUSH_GRPC_TLS_KEY_FILE"))
     }
-    let server = try RegistrationServer.start(service: service, configuration: .init(http2: http2))
-    logger.info("registration-service ready", ["port": "\(server.port)", "tls": http2.tls == nil ? "off" : "on"])
-    let signal = await ProcessSignals.waitForTermination()
-    logger.info("registration-service stopping", ["signal": "\(signal)"])
-    await server.shutdown()
-    await producer.shutdown()
+    let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
+    var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
+    configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1")
+    configuration.fitShutdown(into: gracePeriod)
+    group = ServiceGroup(
+        services: [RegistrationService(configuration: configuration, logger: logger)],
+        configuration: .init(gracePeriod: gracePeriod), logger: logger.with(["component": "lifecycle"]))
 } catch {
-    logger.critical("registration-service failed to start: \(error)")
+    logger.critical("registration-service configuration invalid: \(error)")
+    exit(1)
+}
+do {
+    let outcome = try await group.run()
+    exit(outcome.isGraceful ? 0 : 1)
+} catch {
+    logger.critical("registration-service failed: \(error)")
     exit(1)
 }

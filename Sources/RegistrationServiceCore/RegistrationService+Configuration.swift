@@ -1,0 +1,38 @@
+import GRPC
+import Kafka
+
+extension RegistrationService {
+    /// What the registration service connects to, where it listens, and its shutdown bounds.
+    public struct Configuration: Sendable {
+        /// The token-event producer (idempotent, acks=all by default).
+        public var producer: KafkaProducerConfiguration
+        /// The token events topic. Default `push.token-events.v1`.
+        public var topic: String = "push.token-events.v1"
+        /// Address, TLS and limits of the gRPC/JSON server.
+        public var server: GRPCServer.Configuration
+        /// How long calls in progress may take to finish after graceful shutdown began; connections
+        /// still open afterwards are dropped. Keep `drainTimeout + flushTimeout` below the group's
+        /// grace period so that a slow drain still ends gracefully. Default 20 seconds.
+        public var drainTimeout: Duration = .seconds(20)
+        /// How long the producer may take to deliver what is still queued once the server stopped.
+        /// Default 5 seconds.
+        public var flushTimeout: Duration = .seconds(5)
+
+        /// Creates a configuration.
+        /// - Parameters:
+        ///   - producer: the Kafka producer's configuration.
+        ///   - server: the server's configuration.
+        public init(producer: KafkaProducerConfiguration, server: GRPCServer.Configuration) {
+            self.producer = producer
+            self.server = server
+        }
+
+        /// Splits a grace period between draining calls (80 %) and flushing the producer (10 %),
+        /// leaving 10 % as margin before a `ServiceGroup` with the same grace period escalates.
+        /// - Parameter gracePeriod: the process's graceful-shutdown bound (`PUSH_SHUTDOWN_GRACE_MS`).
+        public mutating func fitShutdown(into gracePeriod: Duration) {
+            drainTimeout = gracePeriod / 10 * 8
+            flushTimeout = gracePeriod / 10
+        }
+    }
+}
