@@ -5,7 +5,7 @@ import PushMessages
 
 /// The device-token table and the send log in PostgreSQL. Every statement is parameterized.
 public final class TokenStore: Sendable {
-    private let pool: PostgresPool
+    let pool: PostgresPool
 
     public init(pool: PostgresPool) {
         self.pool = pool
@@ -214,17 +214,7 @@ public final class TokenStore: Sendable {
     /// A PostgreSQL array literal (`{"a","b"}`) with every element quoted and escaped, passed as
     /// one text parameter and cast with `::text[]`.
     static func arrayLiteral(_ values: [String]) -> String {
-        var out = "{"
-        for (index, value) in values.enumerated() {
-            if index > 0 { out += "," }
-            out += "\""
-            for ch in value.unicodeScalars {
-                if ch == "\"" || ch == "\\" { out += "\\" }
-                out.unicodeScalars.append(ch)
-            }
-            out += "\""
-        }
-        return out + "}"
+        PostgresArrayLiteral.text(values)
     }
 
     static func jsonObject(_ attributes: [String: String]) -> String {

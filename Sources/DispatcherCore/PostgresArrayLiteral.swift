@@ -1,0 +1,48 @@
+/// PostgreSQL array literals (`{"a","b"}`), passed as one text parameter and cast in SQL
+/// (`$1::text[]`, `$2::bigint[]`, `$3::bytea[]`), so that a batch of N rows needs one parameter per
+/// column, not N. Array input syntax: PostgreSQL 15 docs, §8.15.2 "Array Value Input".
+enum PostgresArrayLiteral {
+    /// Every element quoted, with `"` and `\` escaped. The strings must not contain U+0000 (the
+    /// server refuses it, as it refuses it in any text).
+    static func text(_ values: some Sequence<String>) -> String {
+        var out = "{"
+        var first = true
+        for value in values {
+            if !first { out += "," }
+            first = false
+            out += "\""
+            for scalar in value.unicodeScalars {
+                if scalar == "\"" || scalar == "\\" { out += "\\" }
+                out.unicodeScalars.append(scalar)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+
+    /// Integers need no quoting.
+    static func int64(_ values: some Sequence<Int64>) -> String {
+        "{" + values.map(String.init).joined(separator: ",") + "}"
+    }
+
+    /// `bytea` elements in hex input format (`\x0a1b`, PostgreSQL 15 docs, §8.4.1); the backslash is
+    /// escaped once more for the array literal.
+    static func bytea(_ values: some Sequence<[UInt8]>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        var first = true
+        for value in values {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            out.append(contentsOf: Array(#""\\x"#.utf8))
+            out.reserveCapacity(out.count + value.count * 2 + 1)
+            for byte in value {
+                out.append(digits[Int(byte >> 4)])
+                out.append(digits[Int(byte & 0x0f)])
+            }
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,79 @@
+import Postgres
+import ServiceCore
+
+/// Deletes `send_log` rows older than a retention, in small batches so that no statement holds
+/// many row locks or runs long (see `docs/send-log.md`).
+///
+/// A request redelivered after its rows were deleted would send again: keep the retention well
+/// above the longest time a send request can wait in Kafka (its retention) plus the dispatcher's
+/// retry horizon.
+public struct SendLogRetention: Sendable {
+    /// The default retention: 8 days (the dispatcher reads `PUSH_SEND_LOG_RETENTION_H`, in hours).
+    public static let defaultRetention: Duration = .seconds(8 * 24 * 3600)
+
+    /// Rows whose `completed_at` is older than this are deleted.
+    public let retention: Duration
+    /// The most rows one `DELETE` removes.
+    public let batchSize: Int
+
+    private let pool: PostgresPool
+    private let logger: Logger
+
+    /// - Parameters:
+    ///   - pool: the dispatcher's database (schema of `TokenStoreMigrations`).
+    ///   - retention: the age, against the server's clock, past which rows go (default 8 days;
+    ///     whole milliseconds count).
+    ///   - batchSize: rows per `DELETE` (default 1,000; at least 1).
+    ///   - logger: reports each pass that deleted rows, and failures of `run(every:)`.
+    public init(pool: PostgresPool, retention: Duration = SendLogRetention.defaultRetention, batchSize: Int = 1_000,
+                logger: Logger = Logger(label: "dispatcher.send-log-retention")) {
+        precondition(batchSize >= 1, "batchSize must be at least 1")
+        self.pool = pool
+        self.retention = retention
+        self.batchSize = batchSize
+        self.logger = logger
+    }
+
+    /// Deletes every row older than the retention, `batchSize` rows per statement, until none is
+    /// left. Each statement commits on its own, so an interrupted pass keeps what it deleted.
+    /// - Returns: the number of rows deleted.
+    /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
+    @discardableResult
+    public func deleteExpired() async throws -> Int {
+        let milliseconds = retention.components.seconds * 1_000 + retention.components.attoseconds / 1_000_000_000_000_000
+        var deleted = 0
+        while true {
+            try Task.checkCancellation()
+            let count = try await pool.execute("""
+                DELETE FROM send_log WHERE ctid IN (
+                    SELECT ctid FROM send_log
+                     WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
+                     LIMIT $2)
+                """,
+                [.int64(milliseconds), .int(batchSize)], prepared: true)
+            deleted += count
+            if count < batchSize { break }
+        }
+        if deleted > 0 { logger.info("deleted expired send_log rows", ["rows": String(deleted)]) }
+        return deleted
+    }
+
+    /// Runs `deleteExpired()` now and then every `interval` until the task is cancelled; a failed
+    /// pass is logged and tried again at the next interval.
+    /// - Parameter interval: the pause between the end of one pass and the start of the next.
+    public func run(every interval: Duration) async {
+        while !Task.isCancelled {
+            do {
+                try await deleteExpired()
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("deleting expired send_log rows failed", ["error": "\(error)"])
+            }
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import Postgres
+import PushMessages
+import ServiceCore
+import Synchronization
+
+/// Records final outcomes in `send_log` in batches: one `INSERT … SELECT * FROM unnest(…)` per
+/// batch instead of one statement per notification.
+///
+/// A row waits at most `flushInterval` (default 5 ms) or until `maxBatch` rows (default 500) wait,
+/// whichever comes first; then its batch is written with one statement, and every caller of the
+/// batch gets its answer. Batches may be written concurrently, each on its own pooled connection.
+/// No timer task runs while nothing waits: the first caller of a batch sleeps the interval
+/// (`Task.sleep`, never blocking a thread) and starts the write; the statements run on the pool's
+/// own threads.
+///
+/// **Crash window.** A row is durable only when `record` returned. A crash loses the outcomes of the
+/// batches not yet written, at most `flushInterval` plus one write's worth of rows (up to `maxBatch`
+/// per batch in flight). Their notifications were sent but not recorded, so the send request is
+/// redelivered after the restart and those notifications go out again: the duplicates a crash can
+/// cause are bounded by the in-flight sends plus these rows (see `docs/send-log.md`).
+///
+/// Cancelling a caller does not withdraw its row: once queued, it is written with its batch and
+/// `record` returns when that happened.
+public final class SendLogWriter: Sendable {
+    /// The longest a row waits before its batch is written.
+    public let flushInterval: Duration
+    /// The most rows written by one statement.
+    public let maxBatch: Int
+
+    private let pool: PostgresPool
+    private let logger: Logger
+    private let state: Mutex<State>
+
+    private struct State {
+        var queue: SendLogQueue
+        /// Callers that suspended; a result for one that has not suspended yet waits in `early`.
+        var waiters: [Int: CheckedContinuation<[UInt8], any Error>] = [:]
+        var early: [Int: Result<[UInt8], any Error>] = [:]
+    }
+
+    /// Creates a writer; nothing runs before the first `record`.
+    /// - Parameters:
+    ///   - pool: the dispatcher's database (schema of `TokenStoreMigrations`).
+    ///   - flushInterval: the longest a row waits for its batch (default 5 ms).
+    ///   - maxBatch: the most rows per statement (default 500, at least 1).
+    ///   - logger: reports failed writes.
+    public init(pool: PostgresPool, flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500,
+                logger: Logger = Logger(label: "dispatcher.send-log")) {
+        self.pool = pool
+        self.flushInterval = flushInterval
+        self.maxBatch = maxBatch
+        self.logger = logger
+        self.state = Mutex(State(queue: SendLogQueue(maxBatch: maxBatch)))
+    }
+
+    /// Records the final outcome of one notification, once per (request id, device token).
+    ///
+    /// - Parameters:
+    ///   - report: the outcome; its request id and device token are the key.
+    ///   - event: the serialized `FeedbackEvent` to publish for it.
+    /// - Returns: the bytes to publish: `event` when this call recorded the outcome; the bytes stored
+    ///   by the earlier record when the (request id, device token) already had one (a redelivered
+    ///   request never publishes a second, different outcome). Two calls for the same key in one
+    ///   batch both get the first call's bytes.
+    /// - Throws: `PostgresError` when the batch could not be written (every caller of that batch gets
+    ///   the error and should retry: nothing of it was recorded), or at once with SQLSTATE 22021
+    ///   when a text field holds U+0000, which PostgreSQL cannot store.
+    public func record(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
+        let row = SendLogRow(report, event: event)
+        if row.texts.contains(where: { $0.unicodeScalars.contains("\0") }) {
+            throw PostgresError(code: .init(sqlState: "22021"), message: "a send_log text field contains U+0000")
+        }
+        let (id, action) = state.withLock { $0.queue.enqueue(row) }
+        switch action {
+        case .lead(let batch):
+            // A cancelled leader stops sleeping and writes at once; the batch still goes out.
+            try? await Task.sleep(for: flushInterval)
+            if let entries = state.withLock({ $0.queue.timerFired(batch: batch) }) { startWrite(entries) }
+        case .flush(let entries):
+            startWrite(entries)
+        case .wait:
+            break
+        }
+        return try await result(id)
+    }
+
+    /// Writes in a task of its own, so that cancelling the caller who started it does not cancel
+    /// the statements the whole batch waits on.
+    private func startWrite(_ entries: [SendLogQueue.Entry]) {
+        Task { [self] in
+            let results: [Int: Result<[UInt8], any Error>]
+            do {
+                let bytes = try await write(entries.map(\.row))
+                results = Dictionary(uniqueKeysWithValues: entries.map { entry in
+                    (entry.id, bytes[entry.row.key].map { .success($0) }
+                        ?? .failure(PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")))
+                })
+            } catch {
+                logger.warning("writing a send_log batch failed", ["rows": String(entries.count), "error": "\(error)"])
+                results = Dictionary(uniqueKeysWithValues: entries.map { ($0.id, .failure(error)) })
+            }
+            deliver(results)
+        }
+    }
+
+    /// Inserts the rows (the first of each key), then reads the stored bytes of the keys that
+    /// existed already.
+    /// - Returns: the bytes to publish, by key.
+    func write(_ rows: [SendLogRow]) async throws -> [SendLogRow.Key: [UInt8]] {
+        var unique: [SendLogRow] = []
+        var seen = Set<SendLogRow.Key>()
+        for row in rows where seen.insert(row.key).inserted { unique.append(row) }
+        return try await pool.withConnection { connection in
+            var result: [SendLogRow.Key: [UInt8]] = [:]
+            var remaining = unique
+            // A stored row can vanish between the INSERT and the SELECT only when retention deletes
+            // it; then the next round inserts this one. Three rounds are plenty.
+            for _ in 0..<3 where !remaining.isEmpty {
+                let inserted = try await connection.query("""
+                    INSERT INTO send_log (request_id, device_token, event_id, outcome, http_status, apns_reason,
+                        apns_id, attempts, report)
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[],
+                        $7::text[], $8::integer[], $9::bytea[])
+                    ON CONFLICT (request_id, device_token) DO NOTHING
+                    RETURNING request_id, device_token
+                    """,
+                    [.string(PostgresArrayLiteral.text(remaining.map(\.key.requestID))),
+                     .string(PostgresArrayLiteral.text(remaining.map(\.key.deviceToken))),
+                     .string(PostgresArrayLiteral.text(remaining.map(\.eventID))),
+                     .string(PostgresArrayLiteral.text(remaining.map(\.outcome))),
+                     .string(PostgresArrayLiteral.int64(remaining.map(\.httpStatus))),
+                     .string(PostgresArrayLiteral.text(remaining.map(\.apnsReason))),
+                     .string(PostgresArrayLiteral.text(remaining.map(\.apnsID))),
+                     .string(PostgresArrayLiteral.int64(remaining.map(\.attempts))),
+                     .string(PostgresArrayLiteral.bytea(remaining.map(\.report)))],
+                    prepared: true)
+                var insertedKeys = Set<SendLogRow.Key>()
+                for row in inserted {
+                    insertedKeys.insert(SendLogRow.Key(
+                        requestID: try row.string("request_id") ?? "", deviceToken: try row.string("device_token") ?? ""))
+                }
+                for row in remaining where insertedKeys.contains(row.key) { result[row.key] = row.report }
+                let existing = remaining.filter { !insertedKeys.contains($0.key) }
+                guard !existing.isEmpty else { break }
+                // A new statement, so it sees the rows of concurrent writers that the INSERT waited for.
+                let stored = try await connection.query("""
+                    SELECT s.request_id, s.device_token, s.report
+                      FROM send_log AS s
+                      JOIN unnest($1::text[], $2::text[]) AS k(request_id, device_token)
+                        ON s.request_id = k.request_id AND s.device_token = k.device_token
+                    """,
+                    [.string(PostgresArrayLiteral.text(existing.map(\.key.requestID))),
+                     .string(PostgresArrayLiteral.text(existing.map(\.key.deviceToken)))],
+                    prepared: true)
+                for row in stored {
+                    let key = SendLogRow.Key(
+                        requestID: try row.string("request_id") ?? "", deviceToken: try row.string("device_token") ?? "")
+                    result[key] = try row.bytes("report") ?? []
+                }
+                remaining = existing.filter { result[$0.key] == nil }
+            }
+            return result
+        }
+    }
+
+    private func result(_ id: Int) async throws -> [UInt8] {
+        try await withCheckedThrowingContinuation { continuation in
+            let early = state.withLock { state -> Result<[UInt8], any Error>? in
+                if let result = state.early.removeValue(forKey: id) { return result }
+                state.waiters[id] = continuation
+                return nil
+            }
+            if let early { continuation.resume(with: early) }
+        }
+    }
+
+    private func deliver(_ results: [Int: Result<[UInt8], any Error>]) {
+        let resumes = state.withLock { state in
+            results.compactMap { id, result -> (() -> Void)? in
+                if let continuation = state.waiters.removeValue(forKey: id) {
+                    return { continuation.resume(with: result) }
+                }
+                state.early[id] = result
+                return nil
+            }
+        }
+        for resume in resumes { resume() }
+    }
+}

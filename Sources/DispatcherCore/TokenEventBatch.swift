@@ -1,0 +1,141 @@
+import APNs
+import PushMessages
+
+/// Token events, in offset order, split into layers that `TokenStore.apply(_:)` can each write with
+/// one statement per action, with the same result as applying the events one by one.
+///
+/// ## Why layers, and why they are exact
+///
+/// Two events *conflict* when they name the same token, or when both are registrations with the same
+/// replacement key (bundle id, installation id, token kind). Each event goes into the layer after
+/// the last layer holding an event it conflicts with (layer 0 when there is none), so within a layer
+/// no token and no replacement key appears twice, and every conflicting pair keeps its order.
+/// Running the layers in order is therefore the original sequence with only non-conflicting
+/// neighbours swapped, and two non-conflicting events give the same table in either order:
+///
+/// - Their upserts touch different rows (different tokens), so PostgreSQL never has to update one
+///   row twice in one `ON CONFLICT DO UPDATE` (which it refuses).
+/// - A replacement (registration R with key K deactivates the other *active* rows of K whose last
+///   event is older than R) can meet the other event E's row only when that row had key K before E.
+///   If E is an unregistration it leaves the row inactive either way: inactive rows are not
+///   replaced, and when E applies, its values (`unregistered`, E's time) overwrite a replacement's.
+///   If E is a registration, its key is not K (else they conflict): when E applies, it moves the row
+///   out of K and makes it active with no inactive reason in either order. That holds because an
+///   active row always has `apns_invalidated_at_ms` older than its last event (a row becomes active
+///   only through a registration newer than Apple's invalidation, and an invalidation deactivates
+///   it), so E, newer than the last event, always reactivates it after a replacement. When E does
+///   not apply, the row keeps key K and the same age in both orders.
+/// - Each layer's replacement runs after that layer's upserts, as its own statement, so it sees the
+///   rows they wrote; the keys in one layer are distinct, so replacements touch disjoint rows.
+///
+/// Collapsing repeated tokens to their newest event instead would not be exact: an older
+/// registration of the token with another installation id can still replace that installation's
+/// older tokens when applied one by one, and the newest event alone would not.
+struct TokenEventBatch: Sendable, Equatable {
+    /// A registration as the table stores it.
+    struct Registration: Sendable, Hashable {
+        var token: String
+        var bundleID: String
+        /// `sandbox` or `production`.
+        var environment: String
+        /// `APNsTokenKind` raw value.
+        var kind: String
+        /// Empty when none (stored as NULL).
+        var userID: String
+        /// Empty when none (stored as NULL).
+        var installationID: String
+        /// ms since the UNIX epoch.
+        var eventTimeMs: Int64
+        /// A JSON object.
+        var attributes: String
+
+        /// The tokens this registration replaces share this key; `nil` without an installation id.
+        var replacementKey: ReplacementKey? {
+            installationID.isEmpty ? nil : ReplacementKey(bundleID: bundleID, installationID: installationID, kind: kind)
+        }
+
+        init(token: String, bundleID: String, environment: String, kind: String, userID: String = "",
+             installationID: String = "", eventTimeMs: Int64, attributes: String = "{}") {
+            self.token = token
+            self.bundleID = bundleID
+            self.environment = environment
+            self.kind = kind
+            self.userID = userID
+            self.installationID = installationID
+            self.eventTimeMs = eventTimeMs
+            self.attributes = attributes
+        }
+
+        init(_ device: Device, at eventTimeMs: Int64) {
+            self.init(
+                token: device.deviceToken, bundleID: device.bundleID,
+                environment: device.environment == .sandbox ? "sandbox" : "production",
+                kind: device.kind.storedName ?? APNsTokenKind.standard.rawValue,
+                userID: device.userID, installationID: device.installationID, eventTimeMs: eventTimeMs,
+                attributes: TokenStore.jsonObject(device.attributes))
+        }
+    }
+
+    /// An unregistration: only the token, its bundle id (checked against the row's) and the time.
+    struct Unregistration: Sendable, Hashable {
+        var token: String
+        var bundleID: String
+        /// ms since the UNIX epoch.
+        var eventTimeMs: Int64
+    }
+
+    /// Bundle id, installation id and token kind: a registration replaces the older active tokens
+    /// with the same key.
+    struct ReplacementKey: Sendable, Hashable {
+        var bundleID: String
+        var installationID: String
+        var kind: String
+    }
+
+    /// Events that conflict with no other event of the same layer, in offset order within the layer.
+    struct Layer: Sendable, Equatable {
+        var registrations: [Registration] = []
+        var unregistrations: [Unregistration] = []
+
+        var isEmpty: Bool { registrations.isEmpty && unregistrations.isEmpty }
+        var count: Int { registrations.count + unregistrations.count }
+    }
+
+    /// The layers, to apply in order.
+    private(set) var layers: [Layer] = []
+
+    /// Splits `events` (offset order). Events without a device and actions other than registered
+    /// and unregistered change nothing, as in `TokenStore.apply(_:)` for one event, and are dropped.
+    init(_ events: some Sequence<TokenEvent>) {
+        var lastLayerOfToken: [String: Int] = [:]
+        var lastLayerOfKey: [ReplacementKey: Int] = [:]
+        for event in events {
+            guard let device = event.device else { continue }
+            switch event.action {
+            case .registered:
+                let registration = Registration(device, at: event.eventTimeMs)
+                let key = registration.replacementKey
+                var layer = lastLayerOfToken[registration.token].map { $0 + 1 } ?? 0
+                if let key, let keyLayer = lastLayerOfKey[key] { layer = max(layer, keyLayer + 1) }
+                place(layer) { $0.registrations.append(registration) }
+                lastLayerOfToken[registration.token] = layer
+                if let key { lastLayerOfKey[key] = layer }
+            case .unregistered:
+                let unregistration = Unregistration(token: device.deviceToken, bundleID: device.bundleID, eventTimeMs: event.eventTimeMs)
+                let layer = lastLayerOfToken[unregistration.token].map { $0 + 1 } ?? 0
+                place(layer) { $0.unregistrations.append(unregistration) }
+                lastLayerOfToken[unregistration.token] = layer
+            default:
+                continue
+            }
+        }
+    }
+
+    private mutating func place(_ layer: Int, _ add: (inout Layer) -> Void) {
+        while layers.count <= layer { layers.append(Layer()) }
+        add(&layers[layer])
+    }
+
+    /// The number of events that can change the table.
+    var eventCount: Int { layers.reduce(0) { $0 + $1.count } }
+}

@@ -1,0 +1,124 @@
+import Postgres
+import PushMessages
+
+extension TokenStore {
+    /// Applies token events in one transaction, with the same result as applying them one by one
+    /// with `apply(_:)` for one event, in the given order: an event changes its token only when it is
+    /// newer than the token's last applied event; a registration newer than Apple's invalidation
+    /// reactivates the token; an unregistration of an unknown token leaves an inactive row, and one
+    /// naming another bundle id changes nothing; a registration with an installation id deactivates
+    /// the older active tokens of the same bundle id, installation id and kind.
+    ///
+    /// The events are split into layers in which no token and no (bundle id, installation id, kind)
+    /// appears twice (`TokenEventBatch` explains why that is exact); each layer costs at most three
+    /// statements over `unnest` arrays, whatever its size.
+    ///
+    /// - Parameter events: events in offset order; events without a device or with another action
+    ///   are ignored. Hundreds per call are fine (the arrays travel as one parameter per column).
+    /// - Returns: how many events changed the table (the number of `true`s one-by-one application
+    ///   would have returned).
+    /// - Throws: `PostgresError`; then nothing of the batch was applied (for example `.checkViolation`
+    ///   when one token is not lowercase hex of 64 to 512 characters).
+    @discardableResult
+    public func apply(_ events: [TokenEvent]) async throws -> Int {
+        let batch = TokenEventBatch(events)
+        guard batch.eventCount > 0 else { return 0 }
+        return try await pool.withTransaction { connection in
+            var changed = 0
+            for layer in batch.layers {
+                changed += try await Self.apply(layer, on: connection)
+            }
+            return changed
+        }
+    }
+
+    /// Writes one layer: the registrations' upsert, then the replacements of those that changed the
+    /// table (a separate statement, so that it sees the rows the upsert wrote), then the
+    /// unregistrations (which touch other tokens than the registrations).
+    private static func apply(_ layer: TokenEventBatch.Layer, on connection: PostgresConnection) async throws -> Int {
+        var changed = 0
+        if !layer.registrations.isEmpty {
+            let registrations = layer.registrations
+            let rows = try await connection.query("""
+                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id,
+                    installation_id, status, last_event_at_ms, registered_at_ms, attributes)
+                SELECT e.token, e.bundle, e.environment, e.kind, NULLIF(e.user_id, ''), NULLIF(e.installation, ''),
+                       'active', e.at_ms, e.at_ms, e.attributes::jsonb
+                  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
+                       AS e(token, bundle, environment, kind, user_id, installation, at_ms, attributes)
+                ON CONFLICT (device_token) DO UPDATE SET
+                    bundle_id = EXCLUDED.bundle_id,
+                    environment = EXCLUDED.environment,
+                    token_kind = EXCLUDED.token_kind,
+                    user_id = EXCLUDED.user_id,
+                    installation_id = EXCLUDED.installation_id,
+                    status = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN 'active' ELSE device_tokens.status END,
+                    inactive_reason = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN NULL ELSE device_tokens.inactive_reason END,
+                    inactive_at_ms = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                                  THEN NULL ELSE device_tokens.inactive_at_ms END,
+                    last_event_at_ms = EXCLUDED.last_event_at_ms,
+                    registered_at_ms = EXCLUDED.registered_at_ms,
+                    attributes = EXCLUDED.attributes,
+                    updated_at = now()
+                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+                RETURNING device_token
+                """,
+                [.string(PostgresArrayLiteral.text(registrations.map(\.token))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.bundleID))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.environment))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.kind))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.userID))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.installationID))),
+                 .string(PostgresArrayLiteral.int64(registrations.map(\.eventTimeMs))),
+                 .string(PostgresArrayLiteral.text(registrations.map(\.attributes)))],
+                prepared: true)
+            changed += rows.count
+            var changedTokens = Set<String>()
+            for row in rows {
+                if let token = try row.string("device_token") { changedTokens.insert(token) }
+            }
+            // Keys are distinct within a layer, so each replaced row joins one registration.
+            let replacing = registrations.filter { $0.replacementKey != nil && changedTokens.contains($0.token) }
+            if !replacing.isEmpty {
+                try await connection.execute("""
+                    UPDATE device_tokens AS d
+                       SET status = 'inactive', inactive_reason = 'replaced', inactive_at_ms = r.at_ms, updated_at = now()
+                      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+                           AS r(bundle, installation, kind, token, at_ms)
+                     WHERE d.bundle_id = r.bundle AND d.installation_id = r.installation AND d.token_kind = r.kind
+                       AND d.device_token <> r.token AND d.status = 'active' AND d.last_event_at_ms < r.at_ms
+                    """,
+                    [.string(PostgresArrayLiteral.text(replacing.map(\.bundleID))),
+                     .string(PostgresArrayLiteral.text(replacing.map(\.installationID))),
+                     .string(PostgresArrayLiteral.text(replacing.map(\.kind))),
+                     .string(PostgresArrayLiteral.text(replacing.map(\.token))),
+                     .string(PostgresArrayLiteral.int64(replacing.map(\.eventTimeMs)))],
+                    prepared: true)
+            }
+        }
+        if !layer.unregistrations.isEmpty {
+            let unregistrations = layer.unregistrations
+            // An unknown token gets an inactive row, so that an older registration arriving later
+            // cannot activate it.
+            changed += try await connection.execute("""
+                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,
+                    inactive_reason, inactive_at_ms, last_event_at_ms)
+                SELECT e.token, e.bundle, 'production', 'standard', 'inactive', 'unregistered', e.at_ms, e.at_ms
+                  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS e(token, bundle, at_ms)
+                ON CONFLICT (device_token) DO UPDATE SET
+                    status = 'inactive', inactive_reason = 'unregistered',
+                    inactive_at_ms = EXCLUDED.inactive_at_ms,
+                    last_event_at_ms = EXCLUDED.last_event_at_ms, updated_at = now()
+                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+                  AND device_tokens.bundle_id = EXCLUDED.bundle_id
+                """,
+                [.string(PostgresArrayLiteral.text(unregistrations.map(\.token))),
+                 .string(PostgresArrayLiteral.text(unregistrations.map(\.bundleID))),
+                 .string(PostgresArrayLiteral.int64(unregistrations.map(\.eventTimeMs)))],
+                prepared: true)
+        }
+        return changed
+    }
+}
