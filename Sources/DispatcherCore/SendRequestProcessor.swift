@@ -41,9 +41,11 @@ public final class SendRequestProcessor: Sendable {
 
     /// Processes a request that `SendRequestDecoder` accepted.
     /// - Parameter consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
-    /// - Throws: only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
+    /// - Parameter shouldStop: asked before each notification starts; once it answers true, no further
+    ///   notification starts, those in flight finish, and `RecordAbandoned` is thrown.
+    /// - Throws: `RecordAbandoned` when stopped; otherwise only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
     ///   whole request, which is idempotent through `send_log`.
-    public func process(_ request: SendRequest, consumedAtMs: Int64) async throws {
+    public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
@@ -56,10 +58,19 @@ public final class SendRequestProcessor: Sendable {
         counts.status = .completed
         // Tokens go out concurrently (the pool multiplexes them), within the process-wide budget;
         // each outcome is recorded in send_log before its report is published (in `deliver`).
-        let tally = Mutex(counts)
+        let tally = OutcomeTally(counts)
+        var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
             for target in targets {
+                // Stopping (shutdown, revocation): no new notification starts; those in flight finish
+                // and are recorded; the request stays unfinished and is read again.
+                if shouldStop() { abandoned = true; break }
                 try await budget.acquire()
+                if shouldStop() {
+                    budget.release()
+                    abandoned = true
+                    break
+                }
                 let token: String
                 switch target {
                 case .send(let stored): token = stored.deviceToken
@@ -77,19 +88,12 @@ public final class SendRequestProcessor: Sendable {
                     } else {
                         outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
                     }
-                    tally.withLock { counts in
-                        counts.total += 1
-                        switch outcome {
-                        case .delivered: counts.delivered += 1
-                        case .rejected: counts.rejected += 1
-                        case .failed: counts.failed += 1
-                        default: counts.skipped += 1
-                        }
-                    }
+                    tally.count(outcome)
                 }
             }
         }
-        counts = tally.withLock { $0 }
+        if abandoned { throw RecordAbandoned() }
+        counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
         try await feedback.publish(
             feedback.event(id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts),
@@ -282,4 +286,32 @@ public final class SendRequestProcessor: Sendable {
         try await feedback.publish(feedback.event(id: id, .tokenInvalidated(invalidated), traceParent: traceParent), key: row.deviceToken)
         logger.info("token deactivated", ["token": row.deviceToken, "reason": invalidated.apnsReason])
     }
+}
+
+/// Thrown when a request stopped before all of its notifications were sent (graceful shutdown or
+/// revocation): its record is not finished, so its offset is never stored.
+public struct RecordAbandoned: Error, CustomStringConvertible {
+    public init() {}
+    public var description: String { "record abandoned before it finished (stopping or revoked)" }
+}
+
+/// Counts of a request's outcomes, updated by its concurrent notification tasks.
+private final class OutcomeTally: Sendable {
+    private let state: Mutex<RequestCompleted>
+
+    init(_ initial: RequestCompleted) { state = Mutex(initial) }
+
+    func count(_ outcome: DeliveryOutcome) {
+        state.withLock { counts in
+            counts.total += 1
+            switch outcome {
+            case .delivered: counts.delivered += 1
+            case .rejected: counts.rejected += 1
+            case .failed: counts.failed += 1
+            default: counts.skipped += 1
+            }
+        }
+    }
+
+    var counts: RequestCompleted { state.withLock { $0 } }
 }
