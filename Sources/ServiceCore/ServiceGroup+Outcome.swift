@@ -14,6 +14,7 @@ extension ServiceGroup {
         /// Whether every service finished without cancellation.
         public var isGraceful: Bool { self == .graceful }
 
+        /// A short phrase for logs, such as `escalated by signal 15`.
         public var description: String {
             switch self {
             case .graceful: "graceful"
