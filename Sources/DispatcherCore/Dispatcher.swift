@@ -205,7 +205,7 @@ public final class Dispatcher: Sendable {
     private func work(id: Int, _ first: [KafkaMessage], partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) async {
         var records = first
         while !records.isEmpty {
-            let finished = await handleWithRetries(records, worker: id)
+            let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation)
             let (next, flow, woken, wake) = engine.withLock { state -> ([KafkaMessage], PartitionScheduler.FlowChange?, [CheckedContinuation<Void, Never>], CheckedContinuation<Void, Never>?) in
                 guard var slot = state.slots[partition], slot.generation == generation else { return ([], nil, [], nil) }
                 var next: [KafkaMessage]
@@ -248,17 +248,18 @@ public final class Dispatcher: Sendable {
     /// retried past `stuckRecordThreshold` is logged once a minute.
     /// - Returns: whether the records finished; false when cancelled or abandoned because the process
     ///   is stopping (the records then stay unfinished and are never stored).
-    private func handleWithRetries(_ records: [KafkaMessage], worker: Int) async -> Bool {
+    private func handleWithRetries(_ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int) async -> Bool {
+        let shouldStop: @Sendable () -> Bool = { [engine = self] in engine.isAbandoned(partition, generation) }
         var delay = configuration.initialRetryDelay
         let startedAt = ContinuousClock.now
         var lastStuckLog: ContinuousClock.Instant?
         while true {
             if Task.isCancelled { return false }
             do {
-                try await handle(records)
+                try await handle(records, shouldStop: shouldStop)
                 return true
             } catch {
-                if Task.isCancelled || error is CancellationError { return false }
+                if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
                 if engine.withLock({ $0.stopping }) { return false }
                 let first = records[0]
                 let elapsed = ContinuousClock.now - startedAt
@@ -286,6 +287,15 @@ public final class Dispatcher: Sendable {
     }
 
     // MARK: Stopping and rebalances
+
+    /// Whether records of `partition` started under `generation` should stop: the process is stopping,
+    /// or the partition was revoked or reset since.
+    private func isAbandoned(_ partition: KafkaTopicPartition, _ generation: Int) -> Bool {
+        engine.withLock { state in
+            guard !state.stopping, let slot = state.slots[partition], slot.generation == generation else { return true }
+            return slot.scheduler.stopped
+        }
+    }
 
     /// Stops every partition (queued records dropped) and cancels workers waiting on a retry timer.
     /// - Returns: how many records were dropped.
@@ -369,12 +379,12 @@ public final class Dispatcher: Sendable {
 
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
-    func handle(_ records: [KafkaMessage]) async throws {
+    func handle(_ records: [KafkaMessage], shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
-            for message in records { try await handleSendRequest(message) }
+            for message in records { try await handleSendRequest(message, shouldStop: shouldStop) }
         }
     }
 
@@ -405,7 +415,7 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    private func handleSendRequest(_ message: KafkaMessage) async throws {
+    private func handleSendRequest(_ message: KafkaMessage, shouldStop: @escaping @Sendable () -> Bool) async throws {
         let request: SendRequest
         do {
             request = try SendRequestDecoder.decode(message)
@@ -423,7 +433,7 @@ public final class Dispatcher: Sendable {
             return
         }
         do {
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds())
+            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])

@@ -3,26 +3,32 @@ import Testing
 
 @testable import ServiceCore
 
+/// A counter shared by test tasks.
+private final class Counters: Sendable {
+    let holders = Atomic<Int>(0)
+    let highest = Atomic<Int>(0)
+    let order = Mutex<[Int]>([])
+}
+
 @Suite(.timeLimit(.minutes(1))) struct AsyncSemaphoreTests {
     @Test func neverMoreHoldersThanPermits() async throws {
         let semaphore = AsyncSemaphore(permits: 3)
-        let holders = Atomic<Int>(0)
-        let highest = Atomic<Int>(0)
+        let counters = Counters()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<200 {
                 group.addTask {
                     try await semaphore.acquire()
-                    let now = holders.add(1, ordering: .relaxed).newValue
-                    highest.max(now, ordering: .relaxed)
+                    let now = counters.holders.add(1, ordering: .relaxed).newValue
+                    counters.highest.max(now, ordering: .relaxed)
                     await Task.yield()
-                    holders.subtract(1, ordering: .relaxed)
+                    counters.holders.subtract(1, ordering: .relaxed)
                     semaphore.release()
                 }
             }
             try await group.waitForAll()
         }
-        #expect(highest.load(ordering: .relaxed) <= 3)
-        #expect(highest.load(ordering: .relaxed) >= 1)
+        #expect(counters.highest.load(ordering: .relaxed) <= 3)
+        #expect(counters.highest.load(ordering: .relaxed) >= 1)
         #expect(semaphore.availablePermits == 3)
     }
 
@@ -39,12 +45,12 @@ import Testing
     @Test func waitersAreServedInArrivalOrder() async throws {
         let semaphore = AsyncSemaphore(permits: 1)
         try await semaphore.acquire()
-        let order = Mutex<[Int]>([])
+        let counters = Counters()
         var tasks: [Task<Void, any Error>] = []
         for index in 0..<5 {
             tasks.append(Task {
                 try await semaphore.acquire()
-                order.withLock { $0.append(index) }
+                counters.order.withLock { $0.append(index) }
                 semaphore.release()
             })
             // Each waiter queues before the next starts.
@@ -52,6 +58,6 @@ import Testing
         }
         semaphore.release()
         for task in tasks { try await task.value }
-        #expect(order.withLock { $0 } == [0, 1, 2, 3, 4])
+        #expect(counters.order.withLock { $0 } == [0, 1, 2, 3, 4])
     }
 }
