@@ -5,19 +5,21 @@ enum PostgresArrayLiteral {
     /// Every element quoted, with `"` and `\` escaped. The strings must not contain U+0000 (the
     /// server refuses it, as it refuses it in any text).
     static func text(_ values: some Sequence<String>) -> String {
-        var out = "{"
+        // Byte by byte: `"` and `\` are ASCII, so they never occur inside a multi-byte UTF-8 sequence.
+        var out: [UInt8] = [UInt8(ascii: "{")]
         var first = true
         for value in values {
-            if !first { out += "," }
+            if !first { out.append(UInt8(ascii: ",")) }
             first = false
-            out += "\""
-            for scalar in value.unicodeScalars {
-                if scalar == "\"" || scalar == "\\" { out += "\\" }
-                out.unicodeScalars.append(scalar)
+            out.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
             }
-            out += "\""
+            out.append(UInt8(ascii: "\""))
         }
-        return out + "}"
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Integers need no quoting.

@@ -37,8 +37,8 @@ struct SendLogRow: Sendable, Hashable {
 /// The batching decisions of `SendLogWriter`, without I/O: rows come in, and each call says what
 /// the caller must do next.
 ///
-/// The first row of an empty batch makes its caller the batch's *leader*: it sleeps the flush
-/// interval and then asks for the batch (`timerFired`), which it gets unless the batch was taken
+/// The first row of an empty batch makes its caller start the batch's timer, which sleeps the flush
+/// interval and then asks for the batch (`timerFired`); it gets it unless the batch was taken
 /// already. The row that fills a batch to `maxBatch` takes it at once. So a batch waits at most the
 /// flush interval, holds at most `maxBatch` rows, and no timer task exists while nothing waits.
 struct SendLogQueue: Sendable {
@@ -50,8 +50,8 @@ struct SendLogQueue: Sendable {
 
     /// What the caller of `enqueue` does next.
     enum Action: Sendable {
-        /// Sleep the flush interval, then call `timerFired(batch:)` with this number.
-        case lead(batch: Int)
+        /// Start a timer that sleeps the flush interval, then calls `timerFired(batch:)` with this number.
+        case startTimer(batch: Int)
         /// Write these entries now (the batch is full).
         case flush([Entry])
         /// Only wait for the result.
@@ -75,10 +75,10 @@ struct SendLogQueue: Sendable {
         nextID += 1
         pending.append(Entry(id: id, row: row))
         if pending.count >= maxBatch { return (id, .flush(take())) }
-        return (id, pending.count == 1 ? .lead(batch: batch) : .wait)
+        return (id, pending.count == 1 ? .startTimer(batch: batch) : .wait)
     }
 
-    /// The leader of batch `number` woke up: returns the batch to write, or `nil` when it was taken
+    /// The timer of batch `number` fired: returns the batch to write, or `nil` when it was taken
     /// already (it filled up).
     mutating func timerFired(batch number: Int) -> [Entry]? {
         guard number == batch, !pending.isEmpty else { return nil }

@@ -9,9 +9,10 @@ import Synchronization
 /// A row waits at most `flushInterval` (default 5 ms) or until `maxBatch` rows (default 500) wait,
 /// whichever comes first; then its batch is written with one statement, and every caller of the
 /// batch gets its answer. Batches may be written concurrently, each on its own pooled connection.
-/// No timer task runs while nothing waits: the first caller of a batch sleeps the interval
-/// (`Task.sleep`, never blocking a thread) and starts the write; the statements run on the pool's
-/// own threads.
+/// No timer task runs while nothing waits: the first row of a batch starts a task that sleeps the
+/// interval (`Task.sleep`, never blocking a thread) and then writes the batch, unless the batch
+/// filled up first (the row that filled it cancels that task and writes it). The statements run on
+/// the pool's own threads.
 ///
 /// **Crash window.** A row is durable only when `record` returned. A crash loses the outcomes of the
 /// batches not yet written, at most `flushInterval` plus one write's worth of rows (up to `maxBatch`
@@ -36,6 +37,8 @@ public final class SendLogWriter: Sendable {
         /// Callers that suspended; a result for one that has not suspended yet waits in `early`.
         var waiters: [Int: CheckedContinuation<[UInt8], any Error>] = [:]
         var early: [Int: Result<[UInt8], any Error>] = [:]
+        /// The task that writes the filling batch when its interval is up.
+        var timer: Task<Void, Never>?
     }
 
     /// Creates a writer; nothing runs before the first `record`.
@@ -70,37 +73,58 @@ public final class SendLogWriter: Sendable {
         if row.texts.contains(where: { $0.unicodeScalars.contains("\0") }) {
             throw PostgresError(code: .init(sqlState: "22021"), message: "a send_log text field contains U+0000")
         }
-        let (id, action) = state.withLock { $0.queue.enqueue(row) }
+        let (id, action, staleTimer) = state.withLock { state in
+            let (id, action) = state.queue.enqueue(row)
+            if case .flush = action { return (id, action, state.timer.take()) }
+            return (id, action, nil)
+        }
         switch action {
-        case .lead(let batch):
-            // A cancelled leader stops sleeping and writes at once; the batch still goes out.
-            try? await Task.sleep(for: flushInterval)
-            if let entries = state.withLock({ $0.queue.timerFired(batch: batch) }) { startWrite(entries) }
+        case .startTimer(let batch):
+            startTimer(for: batch)
         case .flush(let entries):
-            startWrite(entries)
+            staleTimer?.cancel()
+            // A task of its own, so that cancelling this caller does not cancel the statements the
+            // whole batch waits on.
+            Task { [self] in await writeAndDeliver(entries) }
         case .wait:
             break
         }
         return try await result(id)
     }
 
-    /// Writes in a task of its own, so that cancelling the caller who started it does not cancel
-    /// the statements the whole batch waits on.
-    private func startWrite(_ entries: [SendLogQueue.Entry]) {
-        Task { [self] in
-            let results: [Int: Result<[UInt8], any Error>]
-            do {
-                let bytes = try await write(entries.map(\.row))
-                results = Dictionary(uniqueKeysWithValues: entries.map { entry in
-                    (entry.id, bytes[entry.row.key].map { .success($0) }
-                        ?? .failure(PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")))
-                })
-            } catch {
-                logger.warning("writing a send_log batch failed", ["rows": String(entries.count), "error": "\(error)"])
-                results = Dictionary(uniqueKeysWithValues: entries.map { ($0.id, .failure(error)) })
+    /// Starts the task that writes batch `batch` after `flushInterval`, unless the batch fills up
+    /// first (then the filling caller cancels the task and writes the batch).
+    private func startTimer(for batch: Int) {
+        let timer = Task { [self, flushInterval] in
+            try? await Task.sleep(for: flushInterval)
+            let entries = state.withLock { state in
+                let entries = state.queue.timerFired(batch: batch)
+                if entries != nil { state.timer = nil }
+                return entries
             }
-            deliver(results)
+            if let entries { await writeAndDeliver(entries) }
         }
+        let stale = state.withLock { state in
+            guard state.queue.batch == batch else { return true }
+            state.timer = timer
+            return false
+        }
+        if stale { timer.cancel() }
+    }
+
+    private func writeAndDeliver(_ entries: [SendLogQueue.Entry]) async {
+        let results: [Int: Result<[UInt8], any Error>]
+        do {
+            let bytes = try await write(entries.map(\.row))
+            results = Dictionary(uniqueKeysWithValues: entries.map { entry in
+                (entry.id, bytes[entry.row.key].map { .success($0) }
+                    ?? .failure(PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")))
+            })
+        } catch {
+            logger.warning("writing a send_log batch failed", ["rows": String(entries.count), "error": "\(error)"])
+            results = Dictionary(uniqueKeysWithValues: entries.map { ($0.id, .failure(error)) })
+        }
+        deliver(results)
     }
 
     /// Inserts the rows (the first of each key), then reads the stored bytes of the keys that
