@@ -100,6 +100,10 @@ public final class Dispatcher: Sendable {
 
         let intake = Task { await self.intake(consumer) }
         let rebalances = Task { await self.watchRebalances(consumer) }
+        let retention = configuration.sendLogRetention.map { retention in
+            Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
+        }
+        defer { retention?.cancel() }
         await shutdown.wait()
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()

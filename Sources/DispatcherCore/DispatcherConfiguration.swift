@@ -54,6 +54,12 @@ public struct DispatcherConfiguration: Sendable {
     /// Largest dead letter produced, in bytes; the original value is cut to fit under this and the
     /// producer's `message.max.bytes` less 1 KiB. Default 1,000,000.
     public var deadLetterMaxBytes = 1_000_000
+    /// How long `send_log` rows are kept (`PUSH_SEND_LOG_RETENTION_H`): at least as long as a send
+    /// request can be redelivered, i.e. the send-requests topic's retention plus a margin. Nil keeps
+    /// them forever. Default 8 days (Kafka's default 7-day retention plus a day).
+    public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
+    /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
+    public var sendLogRetentionInterval: Duration = .seconds(600)
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

@@ -19,12 +19,14 @@ public final class SendRequestProcessor: Sendable {
     private let logger: Logger
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
+    private let sendLog: SendLogWriter
 
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
     ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
         self.budget = AsyncSemaphore(permits: maxInFlight)
+        self.sendLog = store.makeSendLogWriter()
         self.store = store
         self.sender = sender
         self.feedback = feedback
@@ -49,7 +51,7 @@ public final class SendRequestProcessor: Sendable {
         guard let notification = request.notification, let target = request.target else { return }
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
-        let recorded = try await store.recordedOutcomes(requestID: request.requestID)
+        let recorded = try await store.recordedOutcomeStates(requestID: request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
 
         var counts = RequestCompleted()
@@ -80,10 +82,12 @@ public final class SendRequestProcessor: Sendable {
                 group.addTask {
                     defer { self.budget.release() }
                     let outcome: DeliveryOutcome
-                    if let bytes = earlier, let event = try? FeedbackEvent(protobufBytes: bytes),
+                    if let earlier, let event = try? FeedbackEvent(protobufBytes: earlier.event),
                        case .deliveryReport(let report)? = event.event
                     {
-                        try await self.feedback.publish(serialized: bytes, key: token)
+                        // Done in an earlier delivery of this record: never sent again. Its report is
+                        // published again unless Kafka is known to have acknowledged it.
+                        if !earlier.acknowledged { try await self.feedback.publish(serialized: earlier.event, key: token) }
                         outcome = report.outcome
                     } else {
                         outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
@@ -92,7 +96,12 @@ public final class SendRequestProcessor: Sendable {
                 }
             }
         }
-        if abandoned { throw RecordAbandoned() }
+        if abandoned {
+            // Every outcome recorded so far had its report acknowledged (the group waited for them):
+            // the next owner need not publish them again.
+            try? await store.markAcknowledged(requestID: request.requestID)
+            throw RecordAbandoned()
+        }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
         try await feedback.publish(
@@ -251,15 +260,20 @@ public final class SendRequestProcessor: Sendable {
         }
     }
 
-    /// Records the final outcome in `send_log`, then publishes its report (in that order: a
-    /// redelivered request re-publishes what was recorded instead of sending again).
+    /// Records the final outcome in `send_log` (batched, see `SendLogWriter`), then publishes its
+    /// report (in that order: a redelivered request re-publishes what was recorded instead of sending
+    /// again). When the row already existed, the stored report is published, never a new outcome.
     private func publishOutcome(_ report: DeliveryReport, traceParent: String) async throws -> DeliveryReport {
         var report = report
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
-        try await store.recordOutcome(report, event: bytes)
-        try await feedback.publish(serialized: bytes, key: report.deviceToken)
+        let stored = try await sendLog.record(report, event: bytes)
+        try await feedback.publish(serialized: stored, key: report.deviceToken)
+        if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
+            // Another delivery of this request recorded this token first: its outcome stands.
+            return first
+        }
         return report
     }
 

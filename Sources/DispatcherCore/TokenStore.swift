@@ -176,6 +176,39 @@ public final class TokenStore: Sendable {
         return result
     }
 
+    /// One recorded outcome of a request: its serialized `FeedbackEvent` and whether its publication
+    /// is known to have been acknowledged by Kafka.
+    public struct RecordedOutcome: Sendable, Equatable {
+        public var event: [UInt8]
+        public var acknowledged: Bool
+    }
+
+    /// The outcomes already recorded for `requestID`, by token, with their acknowledgement state.
+    /// - Throws: `PostgresError`.
+    public func recordedOutcomeStates(requestID: String) async throws -> [String: RecordedOutcome] {
+        let rows = try await pool.withConnection { connection in
+            try await connection.query(
+                "SELECT device_token, report, acknowledged FROM send_log WHERE request_id = $1", [.string(requestID)])
+        }
+        var result: [String: RecordedOutcome] = [:]
+        for row in rows {
+            if let token = try row.string("device_token"), let report = try row.bytes("report") {
+                result[token] = RecordedOutcome(event: report, acknowledged: try row.bool("acknowledged") ?? false)
+            }
+        }
+        return result
+    }
+
+    /// Marks every recorded outcome of `requestID` as acknowledged: called when the request was
+    /// abandoned gracefully after all its reports in flight were acknowledged by Kafka.
+    /// - Throws: `PostgresError`.
+    public func markAcknowledged(requestID: String) async throws {
+        _ = try await pool.withConnection { connection in
+            try await connection.execute(
+                "UPDATE send_log SET acknowledged = true WHERE request_id = $1 AND NOT acknowledged", [.string(requestID)])
+        }
+    }
+
     /// Records a final outcome; a second record for the same (request, token) is ignored.
     /// - Returns: whether this call recorded it.
     /// - Throws: `PostgresError`.
@@ -194,6 +227,16 @@ public final class TokenStore: Sendable {
                  .string(report.apnsID), .int(Int(report.attempts)), .bytes(event)])
         }
         return !rows.isEmpty
+    }
+
+    /// A batched writer of `send_log` outcomes over this store's pool (see `SendLogWriter`).
+    public func makeSendLogWriter(flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500) -> SendLogWriter {
+        SendLogWriter(pool: pool, flushInterval: flushInterval, maxBatch: maxBatch)
+    }
+
+    /// The `send_log` retention job over this store's pool (see `SendLogRetention`).
+    public func makeSendLogRetention(retention: Duration) -> SendLogRetention {
+        SendLogRetention(pool: pool, retention: retention)
     }
 
     // MARK: Helpers

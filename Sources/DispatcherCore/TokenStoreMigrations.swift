@@ -52,5 +52,11 @@ public enum TokenStoreMigrations {
             );
             CREATE INDEX send_log_completed_at ON send_log (completed_at);
             """),
+        Migration(version: 3, name: "send_log_acknowledged", sql: """
+            -- Set when a request was abandoned gracefully (shutdown, revocation) after every recorded
+            -- outcome's report was acknowledged by Kafka: the next owner counts these rows without
+            -- publishing their reports again.
+            ALTER TABLE send_log ADD COLUMN acknowledged boolean NOT NULL DEFAULT false;
+            """),
     ]
 }

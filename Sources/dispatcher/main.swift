@@ -27,6 +27,12 @@ do {
     configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications)
     configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize)
     configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes)
+    if let hours = env.string("PUSH_SEND_LOG_RETENTION_H") {
+        guard let value = Int(hours), value >= 0 else {
+            throw EnvironmentConfig.Error(variable: "PUSH_SEND_LOG_RETENTION_H", problem: "expected hours as a non-negative integer (0 keeps rows forever), got \"\(hours)\"")
+        }
+        configuration.sendLogRetention = value == 0 ? nil : .seconds(value * 3600)
+    }
     if let name = env.string("PUSH_APNS_DEFAULT_ENVIRONMENT") {
         guard let environment = APNsEnvironment(rawValue: name) else {
             throw EnvironmentConfig.Error(variable: "PUSH_APNS_DEFAULT_ENVIRONMENT", problem: "expected sandbox or production, got \"\(name)\"")

@@ -185,6 +185,8 @@ def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_tok
         by_token.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
     assert set(by_token) == tokens
     assert all(len(ids) == 1 for ids in by_token.values()), "a token got two different final reports"
+    # Reports acknowledged before the SIGTERM are not published again after the restart.
+    assert len(feedback.reports) == len(tokens), f"{len(feedback.reports) - len(tokens)} repeated reports"
     assert len({e.event_id for e in feedback.completed}) == 1
     completed = feedback.completed[0].request_completed
     assert (completed.total, completed.delivered) == (10_000, 10_000)
@@ -263,6 +265,8 @@ def test_a_second_replica_joining_mid_request_takes_over_without_repeats(slow_ap
             ids_by_token.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
         assert set(ids_by_token) == tokens, rid
         assert all(len(ids) == 1 for ids in ids_by_token.values()), f"{rid}: a token got two different reports"
+        # No repeated report for tokens finished before a revocation: the old owner drained them.
+        assert len(feedback.reports) == len(tokens), f"{rid}: {len(feedback.reports) - len(tokens)} repeated reports"
         # At most one repeat of RequestCompleted, carrying the same event id.
         assert 1 <= len(feedback.completed) <= 2
         assert len({e.event_id for e in feedback.completed}) == 1
