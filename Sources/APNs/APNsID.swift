@@ -1,3 +1,4 @@
+import Foundation
 /// The `apns-id` header: a canonical UUID in lowercase, 8-4-4-4-12 hex digits (apns-reference.md §2).
 /// APNs echoes it in the response; a malformed one gets 400 `BadMessageId`.
 public struct APNsID: Hashable, Sendable, CustomStringConvertible {
@@ -24,16 +25,8 @@ public struct APNsID: Hashable, Sendable, CustomStringConvertible {
 
     /// A random (version 4) UUID.
     public static func random() -> APNsID {
-        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
-        bytes[6] = bytes[6] & 0x0F | 0x40
-        bytes[8] = bytes[8] & 0x3F | 0x80
-        let hex = bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
-        var text = ""
-        for (index, character) in hex.enumerated() {
-            if [8, 12, 16, 20].contains(index) { text.append("-") }
-            text.append(character)
-        }
-        return APNsID(checked: text)
+        // Foundation's UUID is version 4 (RFC 9562 §5.4) from one call to the system's random source.
+        APNsID(checked: UUID().uuidString.lowercased())
     }
 
     private init(checked: String) { uuidString = checked }

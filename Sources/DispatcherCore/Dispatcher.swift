@@ -139,7 +139,8 @@ public final class Dispatcher: Sendable {
             let partition = message.topicPartition
             let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
                 guard !state.stopping else { return nil }
-                var slot = state.slots[partition] ?? newSlot(for: message.topic, state: &state)
+                // Taken out of the dictionary while it changes, so that its queues are not copied.
+                var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
                 if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
                     // The consumer re-reads the partition from an older offset (it was revoked and
                     // assigned again): start over; workers of the old generation are ignored.
@@ -211,7 +212,10 @@ public final class Dispatcher: Sendable {
         while !records.isEmpty {
             let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation)
             let (next, flow, woken, wake) = engine.withLock { state -> ([KafkaMessage], PartitionScheduler.FlowChange?, [CheckedContinuation<Void, Never>], CheckedContinuation<Void, Never>?) in
-                guard var slot = state.slots[partition], slot.generation == generation else { return ([], nil, [], nil) }
+                guard state.slots[partition]?.generation == generation, var slot = state.slots.removeValue(forKey: partition) else {
+                    state.workers[id] = nil
+                    return ([], nil, state.idleWaitersToWake(), nil)
+                }
                 var next: [KafkaMessage]
                 if finished {
                     let result = slot.scheduler.finish(records)
@@ -296,8 +300,8 @@ public final class Dispatcher: Sendable {
     /// or the partition was revoked or reset since.
     private func isAbandoned(_ partition: KafkaTopicPartition, _ generation: Int) -> Bool {
         engine.withLock { state in
-            guard !state.stopping, let slot = state.slots[partition], slot.generation == generation else { return true }
-            return slot.scheduler.stopped
+            guard !state.stopping, state.slots[partition]?.generation == generation else { return true }
+            return state.slots[partition]?.scheduler.stopped ?? true
         }
     }
 

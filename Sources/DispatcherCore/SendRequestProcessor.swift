@@ -108,7 +108,7 @@ public final class SendRequestProcessor: Sendable {
             feedback.event(id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts),
                            traceParent: request.traceParent),
             key: request.requestID)
-        logger.info("request completed", [
+        logger.debug("request completed", [
             "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
         ])
