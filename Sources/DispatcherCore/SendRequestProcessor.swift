@@ -20,6 +20,11 @@ public final class SendRequestProcessor: Sendable {
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
+    /// Batched look-ups (see `BatchLoader`): recorded outcomes by request id, active tokens by user,
+    /// rows by token.
+    private let recordedLoader: BatchLoader<String, [String: TokenStore.RecordedOutcome]>
+    private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
+    private let tokensLoader: BatchLoader<[String], [String: StoredToken]>
 
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
     ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
@@ -27,6 +32,22 @@ public final class SendRequestProcessor: Sendable {
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.sendLog = store.makeSendLogWriter()
+        self.recordedLoader = BatchLoader { [store] requestIDs in
+            let found = try await store.recordedOutcomeStates(requestIDs: requestIDs)
+            return requestIDs.map { found[$0] ?? [:] }
+        }
+        self.userTokensLoader = BatchLoader { [store] lists in
+            let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
+            return lists.map { users in Dictionary(uniqueKeysWithValues: users.map { ($0, found[$0] ?? []) }) }
+        }
+        self.tokensLoader = BatchLoader { [store] lists in
+            let found = try await store.tokens(Array(Set(lists.joined())))
+            return lists.map { tokens in
+                var rows: [String: StoredToken] = [:]
+                for token in tokens { rows[token] = found[token] }
+                return rows
+            }
+        }
         self.store = store
         self.sender = sender
         self.feedback = feedback
@@ -51,8 +72,10 @@ public final class SendRequestProcessor: Sendable {
         guard let notification = request.notification, let target = request.target else { return }
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
-        let recorded = try await store.recordedOutcomeStates(requestID: request.requestID)
+        // Both look-ups are batched with those of other requests running at the same time.
+        async let recordedLookup = recordedLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
+        let recorded = try await recordedLookup
 
         var counts = RequestCompleted()
         counts.requestID = request.requestID
@@ -120,8 +143,16 @@ public final class SendRequestProcessor: Sendable {
         case .userIDs(let users):
             var seen = Set<String>()
             let ids = users.userIDs.filter { !$0.isEmpty && seen.insert($0).inserted }
-            return try await store.activeTokens(userIDs: ids, bundleID: template.bundleID, kinds: [kind], environment: environment)
-                .map(Target.send)
+            let byUser = try await userTokensLoader.load(ids)
+            var tokens: [StoredToken] = []
+            for user in ids {
+                for token in byUser[user] ?? [] where token.bundleID == template.bundleID && token.tokenKind == kind {
+                    if let environment, token.environment != environment { continue }
+                    tokens.append(token)
+                }
+            }
+            tokens.sort { $0.deviceToken < $1.deviceToken }
+            return tokens.map(Target.send)
         case .deviceTokens(let list):
             var result: [Target] = []
             var valid: [String] = []
@@ -135,7 +166,7 @@ public final class SendRequestProcessor: Sendable {
                 }
                 if seen.insert(token).inserted { valid.append(token) }
             }
-            let stored = try await store.tokens(valid)
+            let stored = try await tokensLoader.load(valid)
             for token in valid {
                 guard let row = stored[token] else {
                     // Never registered: the request's environment, or the configured default, decides.

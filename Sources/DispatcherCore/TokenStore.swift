@@ -186,17 +186,7 @@ public final class TokenStore: Sendable {
     /// The outcomes already recorded for `requestID`, by token, with their acknowledgement state.
     /// - Throws: `PostgresError`.
     public func recordedOutcomeStates(requestID: String) async throws -> [String: RecordedOutcome] {
-        let rows = try await pool.withConnection { connection in
-            try await connection.query(
-                "SELECT device_token, report, acknowledged FROM send_log WHERE request_id = $1", [.string(requestID)])
-        }
-        var result: [String: RecordedOutcome] = [:]
-        for row in rows {
-            if let token = try row.string("device_token"), let report = try row.bytes("report") {
-                result[token] = RecordedOutcome(event: report, acknowledged: try row.bool("acknowledged") ?? false)
-            }
-        }
-        return result
+        try await recordedOutcomeStates(requestIDs: [requestID])[requestID] ?? [:]
     }
 
     /// Marks every recorded outcome of `requestID` as acknowledged: called when the request was
@@ -241,9 +231,9 @@ public final class TokenStore: Sendable {
 
     // MARK: Helpers
 
-    private static let columns = "device_token, bundle_id, environment, token_kind, user_id, installation_id, status"
+    static let columns = "device_token, bundle_id, environment, token_kind, user_id, installation_id, status"
 
-    private static func storedToken(_ row: PostgresRow) throws -> StoredToken {
+    static func storedToken(_ row: PostgresRow) throws -> StoredToken {
         StoredToken(
             deviceToken: try row.string("device_token") ?? "",
             bundleID: try row.string("bundle_id") ?? "",
