@@ -95,7 +95,7 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.rebalanceProtocol = .cooperative
         consumerConfiguration.offsetCommit = .storedOffsets(autoCommitInterval: configuration.autoCommitInterval)
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
-        if let wait = ProcessInfo.processInfo.environment["EXPERIMENT_FETCH_WAIT_MS"] { consumerConfiguration.additionalProperties["fetch.wait.max.ms"] = wait }
+        consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
 

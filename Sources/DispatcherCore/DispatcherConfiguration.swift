@@ -42,6 +42,9 @@ public struct DispatcherConfiguration: Sendable {
     /// How long a revocation waits for the revoked partitions' running records before cancelling
     /// them. Far below `max.poll.interval.ms`. Default 3 s.
     public var revokeDrain: Duration = .seconds(3)
+    /// `fetch.wait.max.ms` of the consumer (`PUSH_KAFKA_FETCH_WAIT_MAX_MS`). Default 500 ms; the local
+    /// stack on librdkafka's test broker uses 10 ms (that broker holds every fetch this long).
+    public var fetchMaxWait: Duration = .milliseconds(500)
     /// How often librdkafka commits the stored offsets (`auto.commit.interval.ms`). Default 200 ms.
     public var autoCommitInterval: Duration = .milliseconds(200)
     /// Static group membership (`group.instance.id`, KIP-345): a restart within the session timeout

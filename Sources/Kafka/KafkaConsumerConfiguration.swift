@@ -72,6 +72,11 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// Most messages held in the `messages` buffer; see `KafkaMessageSequence` for what happens when
     /// it is full (no more polling for records, then paused partitions). Default 1,000.
     public var maxBufferedMessages: Int = 1000
+    /// Longest time the broker may hold a fetch request while it has too little data to answer
+    /// (`fetch.wait.max.ms`). Default 500 ms (librdkafka's). A real broker answers as soon as data
+    /// arrives; librdkafka's built-in test broker holds every fetch this long, so local stacks on it set
+    /// a few milliseconds for realistic latency.
+    public var fetchMaxWait: Duration = .milliseconds(500)
     /// Upper bound of librdkafka's own prefetch queue per partition, in KiB
     /// (`queued.max.messages.kbytes`; `queued.min.messages` is set to `maxBufferedMessages`).
     /// Default 4,096 KiB.
@@ -107,6 +112,7 @@ public struct KafkaConsumerConfiguration: Sendable {
             ("partition.assignment.strategy", rebalanceProtocol == .cooperative ? "cooperative-sticky" : "range,roundrobin"),
             ("queued.min.messages", String(max(1, maxBufferedMessages))),
             ("queued.max.messages.kbytes", String(max(1, prefetchMaxKilobytes))),
+            ("fetch.wait.max.ms", String(max(0, fetchMaxWait.wholeMilliseconds))),
         ]
         switch offsetCommit {
         case .explicit:

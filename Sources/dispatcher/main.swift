@@ -21,6 +21,7 @@ do {
     configuration.groupInstanceID = explicitInstance
     configuration.consumerGroup = env.string("PUSH_CONSUMER_GROUP", default: configuration.consumerGroup)
     configuration.sessionTimeout = try env.milliseconds("PUSH_KAFKA_SESSION_TIMEOUT_MS", default: configuration.sessionTimeout)
+    configuration.fetchMaxWait = try env.milliseconds("PUSH_KAFKA_FETCH_WAIT_MAX_MS", default: configuration.fetchMaxWait)
     configuration.revokeDrain = try env.milliseconds("PUSH_REVOKE_DRAIN_MS", default: configuration.revokeDrain)
     configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition)
     configuration.pauseThresholdPerPartition = try env.int("PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition)
