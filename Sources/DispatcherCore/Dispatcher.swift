@@ -134,29 +134,44 @@ public final class Dispatcher: Sendable {
     /// Hands each record to its partition's scheduler and starts the workers it asks for. Waits while
     /// the process holds `maxInFlightRecords` pending records (the consumer then pauses fetching).
     private func intake(_ consumer: KafkaConsumer) async {
-        for await message in consumer.messages {
-            await waitForRoom()
-            if Task.isCancelled { return }
-            let partition = message.topicPartition
-            let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
-                guard !state.stopping else { return nil }
-                // Taken out of the dictionary while it changes, so that its queues are not copied.
-                var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
-                if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
-                    // The consumer re-reads the partition from an older offset (it was revoked and
-                    // assigned again): start over; workers of the old generation are ignored.
-                    logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
-                    slot.scheduler.stop()
-                    slot = newSlot(for: message.topic, state: &state)
-                }
-                let start = slot.scheduler.receive(message)
-                let flow = slot.scheduler.flowChange()
-                state.slots[partition] = slot
-                if !start.isEmpty { spawnWorker(start, partition: partition, generation: slot.generation, consumer: consumer, state: &state) }
-                return flow
+        while !Task.isCancelled {
+            // Records come in bursts: one suspension per burst, not per record (the cooperative pool
+            // is shared with every running request, so each suspension waits its turn).
+            let batch = await consumer.nextMessages(maxCount: 512)
+            if batch.isEmpty { return }
+            for message in batch {
+                if !hasRoom() { await waitForRoom() }
+                if Task.isCancelled { return }
+                accept(message, consumer)
             }
-            apply(flow, to: partition, consumer)
         }
+    }
+
+    /// Hands one record to its partition's scheduler and starts the worker it asks for.
+    private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
+        let partition = message.topicPartition
+        let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
+            guard !state.stopping else { return nil }
+            // Taken out of the dictionary while it changes, so that its queues are not copied.
+            var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
+            if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
+                // The consumer re-reads the partition from an older offset (it was revoked and
+                // assigned again): start over; workers of the old generation are ignored.
+                logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
+                slot.scheduler.stop()
+                slot = newSlot(for: message.topic, state: &state)
+            }
+            let start = slot.scheduler.receive(message)
+            let flow = slot.scheduler.flowChange()
+            state.slots[partition] = slot
+            if !start.isEmpty { spawnWorker(start, partition: partition, generation: slot.generation, consumer: consumer, state: &state) }
+            return flow
+        }
+        apply(flow, to: partition, consumer)
+    }
+
+    private func hasRoom() -> Bool {
+        engine.withLock { $0.pending < configuration.maxInFlightRecords }
     }
 
     private func newSlot(for topic: String, state: inout EngineState) -> Slot {
@@ -204,7 +219,8 @@ public final class Dispatcher: Sendable {
         state.nextID += 1
         let id = state.nextID
         state.workers[id] = Worker(partition: partition)
-        state.workers[id]?.task = Task { await self.work(id: id, records, partition: partition, generation: generation, consumer: consumer) }
+        let born = probeNow()
+        state.workers[id]?.task = Task { Probe.shared.add("spawn", probeNow() - born); await self.work(id: id, records, partition: partition, generation: generation, consumer: consumer) }
     }
 
     /// Handles records of one partition until its scheduler has nothing more for this worker.

@@ -31,6 +31,15 @@ public final class KafkaConsumer: Sendable {
     /// The records, in order per partition. See `KafkaMessageSequence` for buffering.
     public var messages: KafkaMessageSequence { KafkaMessageSequence(core: core) }
 
+    /// The next records, in order per partition: every record already buffered (at most `maxCount`)
+    /// without suspending, else the next one to arrive together with any that came with it. A reader
+    /// that handles records in bursts suspends once per burst instead of once per record.
+    /// - Returns: at least one record, or an empty array once the consumer is closed or the calling
+    ///   task is cancelled.
+    public func nextMessages(maxCount: Int) async -> [KafkaMessage] {
+        await core.nextMessages(maxCount: maxCount)
+    }
+
     /// Rebalance and error events. See `KafkaConsumerEventSequence`.
     public var events: KafkaConsumerEventSequence { KafkaConsumerEventSequence(core: core) }
 
@@ -335,6 +344,31 @@ final class ConsumerCore: Sendable {
     }
 
     // MARK: Sequences
+
+    /// Up to `maxCount` buffered records without suspending, or, when none is buffered, waits for the
+    /// next one and adds whatever arrived with it. Empty once the consumer finished or the task is
+    /// cancelled.
+    func nextMessages(maxCount: Int) async -> [KafkaMessage] {
+        var batch = popMessages(maxCount: maxCount)
+        if !batch.isEmpty { return batch }
+        guard let first = await nextMessage() else { return [] }
+        batch = [first]
+        batch += popMessages(maxCount: maxCount - 1)
+        return batch
+    }
+
+    private func popMessages(maxCount: Int) -> [KafkaMessage] {
+        guard maxCount > 0 else { return [] }
+        let (batch, wake) = state.withLock { s -> ([KafkaMessage], Bool) in
+            var batch: [KafkaMessage] = []
+            while batch.count < maxCount, let message = s.popMessage() { batch.append(message) }
+            let wake = !batch.isEmpty && s.pollerWaiting
+            if wake { s.pollerWaiting = false }
+            return (batch, wake)
+        }
+        if wake { spaceAvailable.signal() }
+        return batch
+    }
 
     func nextMessage() async -> KafkaMessage? {
         await withTaskCancellationHandler {
