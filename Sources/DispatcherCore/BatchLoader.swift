@@ -26,7 +26,7 @@ final class BatchLoader<Input: Sendable, Output: Sendable>: Sendable {
     ///   - maxBatch: most inputs in one call of `load`.
     ///   - maxConcurrentBatches: calls of `load` running at once.
     ///   - load: answers a batch; its result has one output per input, in the same order.
-    init(maxBatch: Int = 500, maxConcurrentBatches: Int = 2, load: @escaping Load) {
+    init(maxBatch: Int = 500, maxConcurrentBatches: Int = 4, load: @escaping Load) {
         self.maxBatch = max(1, maxBatch)
         self.maxConcurrentBatches = max(1, maxConcurrentBatches)
         self.loadBatch = load

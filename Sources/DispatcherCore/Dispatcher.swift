@@ -219,8 +219,7 @@ public final class Dispatcher: Sendable {
         state.nextID += 1
         let id = state.nextID
         state.workers[id] = Worker(partition: partition)
-        let born = probeNow()
-        state.workers[id]?.task = Task { Probe.shared.add("spawn", probeNow() - born); await self.work(id: id, records, partition: partition, generation: generation, consumer: consumer) }
+        state.workers[id]?.task = Task { await self.work(id: id, records, partition: partition, generation: generation, consumer: consumer) }
     }
 
     /// Handles records of one partition until its scheduler has nothing more for this worker.

@@ -73,11 +73,9 @@ public final class SendRequestProcessor: Sendable {
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         // Both look-ups are batched with those of other requests running at the same time.
-        let t0 = probeNow()
         async let recordedLookup = recordedLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
         let recorded = try await recordedLookup
-        let t1 = probeNow(); Probe.shared.add("lookups", t1 - t0)
 
         var counts = RequestCompleted()
         counts.requestID = request.requestID
@@ -128,8 +126,6 @@ public final class SendRequestProcessor: Sendable {
             throw RecordAbandoned()
         }
         counts = tally.counts
-        let t2 = probeNow(); Probe.shared.add("sends", t2 - t1)
-        defer { Probe.shared.add("completed", probeNow() - t2) }
         counts.completedAtMs = clock.nowMilliseconds()
         try await feedback.publish(
             feedback.event(id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts),
@@ -229,9 +225,7 @@ public final class SendRequestProcessor: Sendable {
             }
             report.sentAtMs = clock.nowMilliseconds()
             do {
-                let sa = probeNow()
                 let response = try await sender.send(apnsRequest, environment: stored.environment)
-                Probe.shared.add("apns", probeNow() - sa)
                 report.attempts = UInt32(clamping: response.attempts)
                 report.completedAtMs = clock.nowMilliseconds()
                 report.httpStatus = UInt32(response.status)
@@ -305,11 +299,8 @@ public final class SendRequestProcessor: Sendable {
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
-        let a = probeNow()
         let stored = try await sendLog.record(report, event: bytes)
-        let b = probeNow(); Probe.shared.add("sendlog", b - a)
         try await feedback.publish(serialized: stored, key: report.deviceToken)
-        Probe.shared.add("publish", probeNow() - b)
         if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
             // Another delivery of this request recorded this token first: its outcome stands.
             return first
