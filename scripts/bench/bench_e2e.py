@@ -403,7 +403,24 @@ COMMIT;
             out(f"({letter}) {'PASS' if ok else 'MISS'}  {why}")
         return 0
 
+    def warm_up(self) -> None:
+        """Sends a few single-token requests first, not counted: a dispatcher that just started opens its
+        APNs connections one after the other and its PostgreSQL connections on demand."""
+        n = min(2_000, self.single_pool())
+        if n == 0:
+            return
+        ids = [f"{self.prefix}warm-{i}" for i in range(n)]
+        started = time.time()
+        for i, request_id in enumerate(ids):
+            self.producer.produce(B.SEND_REQUESTS, request_id.encode(),
+                                  self.request(request_id, f"{self.prefix}s-{i}", int(time.time() * 1000)),
+                                  B.SEND_REQUEST_CONTENT_TYPE)
+        self.producer.flush("warm-up produce")
+        self.reader.wait(ids, B.deadline_for(n), f"warm-up: {n} single-token requests")
+        out(f"warm-up: {n:,} single-token requests in {time.time() - started:.2f} s (not counted)")
+
     def run(self) -> int:
+        self.warm_up()
         for run in range(self.runs):
             if "a" in self.only:
                 self.figure_a(run)
