@@ -84,6 +84,9 @@ public final class SendRequestProcessor: Sendable {
         // Tokens go out concurrently (the pool multiplexes them), within the process-wide budget;
         // each outcome is recorded in send_log before its report is published (in `deliver`).
         let tally = OutcomeTally(counts)
+        // Reports are produced as outcomes are recorded; their acknowledgements are awaited together
+        // (with the RequestCompleted's) before the request counts as finished.
+        let acks = Acknowledgements()
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
             for target in targets {
@@ -110,16 +113,19 @@ public final class SendRequestProcessor: Sendable {
                     {
                         // Done in an earlier delivery of this record: never sent again. Its report is
                         // published again unless Kafka is known to have acknowledged it.
-                        if !earlier.acknowledged { try await self.feedback.publish(serialized: earlier.event, key: token) }
+                        if !earlier.acknowledged {
+                            acks.start { [feedback = self.feedback] in try await feedback.publish(serialized: earlier.event, key: token) }
+                        }
                         outcome = report.outcome
                     } else {
-                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt).outcome
+                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks).outcome
                     }
                     tally.count(outcome)
                 }
             }
         }
         if abandoned {
+            try await acks.waitForAll()
             // Every outcome recorded so far had its report acknowledged (the group waited for them):
             // the next owner need not publish them again.
             try? await store.markAcknowledged(requestID: request.requestID)
@@ -127,10 +133,10 @@ public final class SendRequestProcessor: Sendable {
         }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
-        try await feedback.publish(
-            feedback.event(id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts),
-                           traceParent: request.traceParent),
-            key: request.requestID)
+        let completed = feedback.event(
+            id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
+        acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
+        try await acks.waitForAll()
         logger.debug("request completed", [
             "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
@@ -193,7 +199,8 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
-    private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64) async throws -> DeliveryReport {
+    private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
+                         acks: Acknowledgements) async throws -> DeliveryReport {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -221,7 +228,7 @@ public final class SendRequestProcessor: Sendable {
                 report.outcome = .failed
                 report.outcomeReason = .expired
                 report.completedAtMs = clock.nowMilliseconds()
-                return try await publishOutcome(report, traceParent: request.traceParent)
+                return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
             }
             report.sentAtMs = clock.nowMilliseconds()
             do {
@@ -261,7 +268,7 @@ public final class SendRequestProcessor: Sendable {
                 logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
             }
         }
-        return try await publishOutcome(report, traceParent: request.traceParent)
+        return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
     }
 
     /// The dispatcher's reason for a send that threw (docs/contracts.md "Outcome reasons"): a stream
@@ -294,13 +301,14 @@ public final class SendRequestProcessor: Sendable {
     /// Records the final outcome in `send_log` (batched, see `SendLogWriter`), then publishes its
     /// report (in that order: a redelivered request re-publishes what was recorded instead of sending
     /// again). When the row already existed, the stored report is published, never a new outcome.
-    private func publishOutcome(_ report: DeliveryReport, traceParent: String) async throws -> DeliveryReport {
+    private func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
         var report = report
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
         let stored = try await sendLog.record(report, event: bytes)
-        try await feedback.publish(serialized: stored, key: report.deviceToken)
+        let key = report.deviceToken
+        acks.start { [feedback] in try await feedback.publish(serialized: stored, key: key) }
         if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
             // Another delivery of this request recorded this token first: its outcome stands.
             return first

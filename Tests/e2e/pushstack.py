@@ -170,5 +170,16 @@ def simulator_admin(path: str, method: str = "GET", body: dict | None = None):
         return response.json() if response.content else None
 
 
+def wait_for(predicate, what: str = "condition", timeout: float = 30.0, interval: float = 0.2):
+    """Polls predicate() until it returns something truthy (returned) or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"gave up after {timeout}s waiting for {what}")
+
+
 def random_token(nbytes: int = 32) -> str:
     return os.urandom(nbytes).hex()

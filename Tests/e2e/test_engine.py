@@ -20,14 +20,7 @@ GROUP = "push-dispatcher"
 BUNDLE = "com.example.engine"
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"gave up after {timeout}s waiting for {what}")
+wait_for = stack.wait_for
 
 
 class Dispatcher:
@@ -307,3 +300,32 @@ def test_a_send_request_larger_than_the_producer_limit_is_dead_lettered_truncate
     assert letter.original_value_sha256 == hashlib.sha256(value).digest()
     assert letter.original_value_truncated
     assert value.startswith(letter.original_value) and 0 < len(letter.original_value) < len(value)
+
+
+def test_a_throttled_device_does_not_delay_other_tokens_of_its_partition():
+    from test_walking_skeleton import token_request
+    throttled, other = stack.random_token(), stack.random_token()
+    partition = 0
+    first, second, third = (f"throttle-{n}-{uuid.uuid4()}" for n in (1, 2, 3))
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        # Apple answers 429 TooManyRequests for a device past one push a minute.
+        stack.simulator_admin("/admin/faults", "PUT", {"token_rate_limit": {"max_pushes": 1, "window_ms": 60000}})
+        stack.send_request(token_request(first, throttled), partition=partition)
+        stack.delivery_report(reader, first)
+        stack.send_request(token_request(second, throttled), partition=partition)
+        wait_for(lambda: len([r for r in stack.simulator_admin("/admin/requests")["requests"]
+                              if r["path"] == f"/3/device/{throttled}"]) >= 2, what="the throttled push reaching the simulator")
+        started = time.monotonic()
+        stack.send_request(token_request(third, other), partition=partition)
+        records = reader.read_until(lambda rs: any(
+            e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == third
+            for e in stack.decode_feedback(rs)), timeout=10)
+        elapsed = time.monotonic() - started
+    finally:
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        reader.close()
+    events = stack.decode_feedback(records)
+    assert elapsed < 1.5, f"the other device's report took {elapsed:.2f} s"
+    # The throttled request was still waiting for its retry when the other one finished.
+    assert not [e for e in events if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == second]

@@ -14,14 +14,7 @@ import pytest
 import pushstack as stack
 
 
-def wait_for(predicate, timeout=30.0, interval=0.2, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+wait_for = stack.wait_for
 
 
 def make_send_request(request_id: str, user_ids: list[str], bundle_id: str, payload: dict):

@@ -1,0 +1,49 @@
+import Synchronization
+
+/// The Kafka acknowledgements one request still waits for. Feedback records are produced without
+/// awaiting each acknowledgement in turn; the request is finished only when every one arrived
+/// (`waitForAll`), and fails with the first error.
+final class Acknowledgements: Sendable {
+    private struct State {
+        var pending = 0
+        var firstError: (any Error)?
+        var waiter: CheckedContinuation<Void, any Error>?
+    }
+
+    private let state = Mutex(State())
+
+    /// Starts `publish` (a produce that resolves on Kafka's acknowledgement) without waiting for it.
+    func start(_ publish: @escaping @Sendable () async throws -> Void) {
+        state.withLock { $0.pending += 1 }
+        Task {
+            var failure: (any Error)?
+            do { try await publish() } catch { failure = error }
+            let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                state.pending -= 1
+                if let failure, state.firstError == nil { state.firstError = failure }
+                guard state.pending == 0, let waiter = state.waiter else { return nil }
+                state.waiter = nil
+                return waiter
+            }
+            if let waiter {
+                if let error = state.withLock({ $0.firstError }) { waiter.resume(throwing: error) } else { waiter.resume() }
+            }
+        }
+    }
+
+    /// Returns once every started publication was acknowledged.
+    /// - Throws: the first publication's error (`KafkaError`).
+    func waitForAll() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let ready = state.withLock { state -> Result<Void, any Error>? in
+                if state.pending > 0 {
+                    state.waiter = continuation
+                    return nil
+                }
+                if let error = state.firstError { return .failure(error) }
+                return .success(())
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+}
