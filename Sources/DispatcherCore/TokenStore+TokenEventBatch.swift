@@ -2,6 +2,10 @@ import Postgres
 import PushMessages
 
 extension TokenStore {
+    /// The transaction-level advisory lock that serializes token-event batches (an arbitrary constant
+    /// of this project; migrations use their own key).
+    static let tokenEventsLockKey: Int64 = 0x7075_7368_746F_6B65  // "pushtoke"
+
     /// Applies token events in one transaction, with the same result as applying them one by one
     /// with `apply(_:)` for one event, in the given order: an event changes its token only when it is
     /// newer than the token's last applied event; a registration newer than Apple's invalidation
@@ -24,6 +28,11 @@ extension TokenStore {
         let batch = TokenEventBatch(events)
         guard batch.eventCount > 0 else { return 0 }
         return try await pool.withTransaction { connection in
+            // One token-event batch at a time across every replica: an installation replacement
+            // updates rows of other tokens (other partitions), so two concurrent batches can lock the
+            // same rows in opposite orders and deadlock (SQLSTATE 40P01). Serialized, one writer
+            // applies batches of hundreds of events each, far faster than batches that deadlock.
+            _ = try await connection.query("SELECT pg_advisory_xact_lock($1)", [.int64(Self.tokenEventsLockKey)], prepared: true)
             var changed = 0
             for layer in batch.layers {
                 changed += try await Self.apply(layer, on: connection)

@@ -78,9 +78,15 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// a few milliseconds for realistic latency.
     public var fetchMaxWait: Duration = .milliseconds(500)
     /// Upper bound of librdkafka's own prefetch queue per partition, in KiB
-    /// (`queued.max.messages.kbytes`; `queued.min.messages` is set to `maxBufferedMessages`).
+    /// (`queued.max.messages.kbytes`). This, not a message count, bounds the prefetch: see
+    /// `prefetchMinMessages`.
     /// Default 4,096 KiB.
     public var prefetchMaxKilobytes: Int = 4096
+    /// Records librdkafka tries to keep prefetched per partition (`queued.min.messages`). Default
+    /// 100,000 (librdkafka's). A low value throttles a busy partition: librdkafka 2.0.2 waits about a
+    /// second before fetching again for a partition whose prefetch queue is above it, so records
+    /// arrive in bursts once a second; `prefetchMaxKilobytes` bounds the memory instead.
+    public var prefetchMinMessages: Int = 100_000
     /// How long a revocation waits for the application to call `KafkaRevocation.finish()` while someone
     /// iterates `events`. Must stay below `maxPollInterval`. Default 10 s. It is a safety net: the
     /// whole group's rebalance waits for this member meanwhile, so the application should finish in
@@ -110,7 +116,7 @@ public struct KafkaConsumerConfiguration: Sendable {
             ("heartbeat.interval.ms", String(heartbeat)),
             ("max.poll.interval.ms", String(maxPollInterval.wholeMilliseconds)),
             ("partition.assignment.strategy", rebalanceProtocol == .cooperative ? "cooperative-sticky" : "range,roundrobin"),
-            ("queued.min.messages", String(max(1, maxBufferedMessages))),
+            ("queued.min.messages", String(max(1, prefetchMinMessages))),
             ("queued.max.messages.kbytes", String(max(1, prefetchMaxKilobytes))),
             ("fetch.wait.max.ms", String(max(0, fetchMaxWait.wholeMilliseconds))),
         ]
