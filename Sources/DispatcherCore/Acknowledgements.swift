@@ -32,18 +32,27 @@ final class Acknowledgements: Sendable {
     }
 
     /// Returns once every started publication was acknowledged.
-    /// - Throws: the first publication's error (`KafkaError`).
+    /// - Throws: the first publication's error (`KafkaError`); `CancellationError` when the calling
+    ///   task is cancelled first (the publications go on; the request is not finished).
     func waitForAll() async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let ready = state.withLock { state -> Result<Void, any Error>? in
-                if state.pending > 0 {
-                    state.waiter = continuation
-                    return nil
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let ready = state.withLock { state -> Result<Void, any Error>? in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if state.pending > 0 {
+                        state.waiter = continuation
+                        return nil
+                    }
+                    if let error = state.firstError { return .failure(error) }
+                    return .success(())
                 }
-                if let error = state.firstError { return .failure(error) }
-                return .success(())
+                if let ready { continuation.resume(with: ready) }
             }
-            if let ready { continuation.resume(with: ready) }
+        } onCancel: {
+            state.withLock { state in
+                defer { state.waiter = nil }
+                return state.waiter
+            }?.resume(throwing: CancellationError())
         }
     }
 }

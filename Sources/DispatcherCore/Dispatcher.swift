@@ -92,7 +92,7 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.clientID = "dispatcher-\(configuration.instanceID)"
         consumerConfiguration.sessionTimeout = configuration.sessionTimeout
         consumerConfiguration.groupInstanceID = configuration.groupInstanceID
-        consumerConfiguration.rebalanceProtocol = .cooperative
+        consumerConfiguration.rebalanceProtocol = configuration.rebalanceProtocol
         consumerConfiguration.offsetCommit = .storedOffsets(autoCommitInterval: configuration.autoCommitInterval)
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
@@ -117,12 +117,16 @@ public final class Dispatcher: Sendable {
             self.cancelWorkers(of: nil)
         }
         if Task.isCancelled {
+            // Escalated: every worker was cancelled; give them a moment to end, store nothing more.
             logger.warning("shutdown escalated: unfinished records are abandoned, not stored")
-        }
-        do {
-            try await producer.flush(timeout: .seconds(10))
-        } catch {
-            logger.warning("producer flush on shutdown", ["error": "\(error)"])
+            cancelWorkers(of: nil)
+            _ = await Task { await self.waitUntilIdle(nil, timeout: .seconds(2)) }.value
+        } else {
+            do {
+                try await producer.flush(timeout: .seconds(10))
+            } catch {
+                logger.warning("producer flush on shutdown", ["error": "\(error)"])
+            }
         }
         await consumer.close()
         rebalances.cancel()
@@ -357,13 +361,17 @@ public final class Dispatcher: Sendable {
             }
         }
         defer { timer?.cancel() }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let idle = engine.withLock { state -> Bool in
-                if state.isIdle(partitions) { return true }
-                state.idleWaiters[id] = (partitions, continuation)
-                return false
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let idle = engine.withLock { state -> Bool in
+                    if state.isIdle(partitions) || Task.isCancelled { return true }
+                    state.idleWaiters[id] = (partitions, continuation)
+                    return false
+                }
+                if idle { continuation.resume() }
             }
-            if idle { continuation.resume() }
+        } onCancel: {
+            engine.withLock { $0.idleWaiters.removeValue(forKey: id) }?.continuation.resume()
         }
         return engine.withLock { $0.isIdle(partitions) }
     }

@@ -1,4 +1,5 @@
 import APNs
+import Kafka
 
 /// Everything the dispatcher needs to run; executables fill it from the environment.
 public struct DispatcherConfiguration: Sendable {
@@ -45,6 +46,10 @@ public struct DispatcherConfiguration: Sendable {
     /// `fetch.wait.max.ms` of the consumer (`PUSH_KAFKA_FETCH_WAIT_MAX_MS`). Default 500 ms; the local
     /// stack on librdkafka's test broker uses 10 ms (that broker holds every fetch this long).
     public var fetchMaxWait: Duration = .milliseconds(500)
+    /// How the group moves partitions (`PUSH_KAFKA_REBALANCE_PROTOCOL`: `cooperative` or `eager`).
+    /// Default `.recommended`: cooperative-sticky (only moved partitions drain) with librdkafka 2.3.0
+    /// or later; eager with older ones, whose cooperative-sticky assignor can abort the process.
+    public var rebalanceProtocol: KafkaConsumerConfiguration.RebalanceProtocol = .recommended
     /// How often librdkafka commits the stored offsets (`auto.commit.interval.ms`). Default 200 ms.
     public var autoCommitInterval: Duration = .milliseconds(200)
     /// Static group membership (`group.instance.id`, KIP-345): a restart within the session timeout

@@ -194,6 +194,9 @@ final class ConsumerCore: Sendable {
     private let configuration: KafkaConsumerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
+    /// Serializes pause and resume decisions with their `rd_kafka_pause_partitions`/`_resume_` calls
+    /// (which wait for a librdkafka thread); readers never take it, so they are not held up meanwhile.
+    private let pauseOrder = Mutex(())
     private let commitThread = DedicatedThread(name: "kafka-consumer-commit")
     /// Signalled by the reader when it made room in a full buffer, and by `close`.
     private let spaceAvailable = DispatchSemaphore(value: 0)
@@ -240,12 +243,15 @@ final class ConsumerCore: Sendable {
                 // bounded by queued.min.messages / queued.max.messages.kbytes meanwhile.
                 state.withLock { $0.pollerWaiting = true }
                 let woken = spaceAvailable.wait(timeout: .now() + ConsumerCore.stallThreshold) == .success
-                // Decided and applied under the lock, so that an application pause/resume cannot interleave.
-                let pausedNow = state.withLock { s -> [KafkaTopicPartition]? in
-                    s.pollerWaiting = false
-                    guard !woken, s.bufferedCount >= high, !s.closing else { return nil }
-                    let partitions = s.partitions.bufferPause()
-                    client.pause(partitions)
+                // Decided and applied under `pauseOrder`, so that an application pause/resume cannot
+                // interleave; the state lock (which readers take) is not held during the C call.
+                let pausedNow = pauseOrder.withLock { _ -> [KafkaTopicPartition]? in
+                    let partitions = state.withLock { s -> [KafkaTopicPartition]? in
+                        s.pollerWaiting = false
+                        guard !woken, s.bufferedCount >= high, !s.closing else { return nil }
+                        return s.partitions.bufferPause()
+                    }
+                    if let partitions { client.pause(partitions) }
                     return partitions
                 }
                 if let pausedNow {
@@ -253,11 +259,13 @@ final class ConsumerCore: Sendable {
                 }
                 continue
             }
-            if paused, let resumed = state.withLock({ s -> [KafkaTopicPartition]? in
-                guard s.bufferedCount <= low else { return nil }
-                // Partitions the application paused stay paused.
-                let partitions = s.partitions.bufferResume()
-                client.resume(partitions)
+            if paused, let resumed = pauseOrder.withLock({ _ -> [KafkaTopicPartition]? in
+                let partitions = state.withLock { s -> [KafkaTopicPartition]? in
+                    guard s.bufferedCount <= low else { return nil }
+                    // Partitions the application paused stay paused.
+                    return s.partitions.bufferResume()
+                }
+                if let partitions { client.resume(partitions) }
                 return partitions
             }) {
                 logger.debug("buffer drained: resuming partitions", ["partitions": resumed.map(\.description).joined(separator: ",")])
@@ -456,23 +464,21 @@ final class ConsumerCore: Sendable {
 
     // MARK: Application pause
 
-    /// Bookkeeping and `rd_kafka_pause_partitions` under one lock hold, so that the poll thread's
+    /// Bookkeeping and `rd_kafka_pause_partitions` under `pauseOrder`, so that the poll thread's
     /// buffer pause/resume and the application's calls apply in the order they were decided.
     func pause(_ partitions: [KafkaTopicPartition]) {
-        let paused = state.withLock { s -> [KafkaTopicPartition] in
-            guard let client = s.client else { return [] }
-            let list = s.partitions.applicationPause(partitions)
-            client.pause(list)
+        let paused = pauseOrder.withLock { _ -> [KafkaTopicPartition] in
+            let (client, list) = state.withLock { s in (s.client, s.client == nil ? [] : s.partitions.applicationPause(partitions)) }
+            client?.pause(list)
             return list
         }
         if !paused.isEmpty { logger.debug("application paused partitions", ["partitions": paused.map(\.description).joined(separator: ",")]) }
     }
 
     func resume(_ partitions: [KafkaTopicPartition]) {
-        let resumed = state.withLock { s -> [KafkaTopicPartition] in
-            guard let client = s.client else { return [] }
-            let list = s.partitions.applicationResume(partitions)
-            client.resume(list)
+        let resumed = pauseOrder.withLock { _ -> [KafkaTopicPartition] in
+            let (client, list) = state.withLock { s in (s.client, s.client == nil ? [] : s.partitions.applicationResume(partitions)) }
+            client?.resume(list)
             return list
         }
         if !resumed.isEmpty { logger.debug("application resumed partitions", ["partitions": resumed.map(\.description).joined(separator: ",")]) }

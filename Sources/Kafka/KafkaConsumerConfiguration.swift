@@ -22,6 +22,14 @@ public struct KafkaConsumerConfiguration: Sendable {
         case eager
         /// Incremental (KIP-429): only the partitions that move are revoked (`cooperative-sticky`).
         case cooperative
+
+        /// `.cooperative` with librdkafka 2.3.0 or later, `.eager` before: librdkafka's
+        /// cooperative-sticky assignor before 2.3.0 can abort the process on an assertion
+        /// (`assignor_state`, librdkafka issue 4312) when a member's assignor state was never set, for
+        /// example when it is destroyed or rejoins before its first assignment.
+        public static var recommended: RebalanceProtocol {
+            KafkaLibrary.hasCooperativeStickyFix ? .cooperative : .eager
+        }
     }
 
     /// How processed offsets reach the group coordinator.
@@ -66,9 +74,10 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// Default 300 s. The poll thread keeps polling while the message buffer is full (after 0.5 s it
     /// pauses the partitions instead), so only a revocation waiting for the application counts.
     public var maxPollInterval: Duration = .seconds(300)
-    /// Eager or cooperative rebalancing. Default `.cooperative`: a member joining or leaving only moves
-    /// the partitions that change owner; the others keep flowing.
-    public var rebalanceProtocol: RebalanceProtocol = .cooperative
+    /// Eager or cooperative rebalancing. Default `.recommended`: `.cooperative` (a member joining or
+    /// leaving only moves the partitions that change owner; the others keep flowing) where the
+    /// installed librdkafka is safe with it, else `.eager`.
+    public var rebalanceProtocol: RebalanceProtocol = .recommended
     /// Most messages held in the `messages` buffer; see `KafkaMessageSequence` for what happens when
     /// it is full (no more polling for records, then paused partitions). Default 1,000.
     public var maxBufferedMessages: Int = 1000

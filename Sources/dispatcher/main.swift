@@ -22,6 +22,14 @@ do {
     configuration.consumerGroup = env.string("PUSH_CONSUMER_GROUP", default: configuration.consumerGroup)
     configuration.sessionTimeout = try env.milliseconds("PUSH_KAFKA_SESSION_TIMEOUT_MS", default: configuration.sessionTimeout)
     configuration.fetchMaxWait = try env.milliseconds("PUSH_KAFKA_FETCH_WAIT_MAX_MS", default: configuration.fetchMaxWait)
+    if let name = env.string("PUSH_KAFKA_REBALANCE_PROTOCOL") {
+        switch name {
+        case "cooperative": configuration.rebalanceProtocol = .cooperative
+        case "eager": configuration.rebalanceProtocol = .eager
+        default:
+            throw EnvironmentConfig.Error(variable: "PUSH_KAFKA_REBALANCE_PROTOCOL", problem: "expected cooperative or eager, got \"\(name)\"")
+        }
+    }
     configuration.revokeDrain = try env.milliseconds("PUSH_REVOKE_DRAIN_MS", default: configuration.revokeDrain)
     configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition)
     configuration.pauseThresholdPerPartition = try env.int("PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition)

@@ -25,14 +25,15 @@ struct KafkaOffsetStoreTests {
     @Test func configurationDefaultsAndProperties() {
         var config = KafkaConsumerConfiguration(bootstrapServers: ["b:9092"], groupID: "g", topics: ["t"])
         #expect(config.offsetCommit == .storedOffsets(autoCommitInterval: .milliseconds(200)))
-        #expect(config.rebalanceProtocol == .cooperative)
+        #expect(config.rebalanceProtocol == .recommended)
+        #expect(KafkaConsumerConfiguration.RebalanceProtocol.recommended == (KafkaLibrary.hasCooperativeStickyFix ? .cooperative : .eager))
         #expect(config.revocationTimeout == .seconds(10))
         #expect(config.groupInstanceID == nil)
         var properties = Dictionary(config.properties, uniquingKeysWith: { $1 })
         #expect(properties["enable.auto.commit"] == "true")
         #expect(properties["enable.auto.offset.store"] == "false")
         #expect(properties["auto.commit.interval.ms"] == "200")
-        #expect(properties["partition.assignment.strategy"] == "cooperative-sticky")
+        #expect(properties["partition.assignment.strategy"] == (KafkaLibrary.hasCooperativeStickyFix ? "cooperative-sticky" : "range,roundrobin"))
         #expect(properties["group.instance.id"] == nil)
 
         config.offsetCommit = .explicit
@@ -153,6 +154,7 @@ struct KafkaOffsetStoreTests {
         _ = try await fill(cluster, topic: topic, partitions: 2, count: 10)
         var config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
         config.offsetCommit = .storedOffsets(autoCommitInterval: .seconds(60))  // only the hand-off commits
+        config.rebalanceProtocol = .cooperative  // the hand-off under test is the cooperative one
         let first = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let handedOver = Mutex<[KafkaTopicPartition: KafkaStoreResult]>([:])
         let firstLog = KafkaConsumerGroupTests.EventLog(first) { revocation in

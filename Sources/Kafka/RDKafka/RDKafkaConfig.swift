@@ -1,5 +1,6 @@
 internal import CRdKafka
 import ServiceCore
+import Synchronization
 
 /// Callbacks of one `rd_kafka_t`, reached from librdkafka's C callbacks through the configuration's
 /// opaque pointer (`rd_kafka_conf_set_opaque`). The pointer is unretained: the owner of the handle
@@ -16,6 +17,8 @@ final class RDKafkaContext: Sendable {
     /// application). Assigned: returns whether the new partitions must be paused right away. Revoked:
     /// returns whether some of them were paused (their pause flag is cleared after the unassignment).
     let onRebalance: (@Sendable (RDKafkaRebalance) -> Bool)?
+    /// Consumer: set once librdkafka handed this member an assignment (possibly empty).
+    let sawAssignment = Atomic<Bool>(false)
 
     init(
         logger: Logger,
@@ -109,4 +112,11 @@ extension String {
     init(cBuffer buffer: [CChar]) {
         self = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
+}
+
+/// `rd_kafka_version()` and `rd_kafka_version_str()` of the loaded library.
+enum RDKafkaVersion {
+    /// 0xMMmmrrxx: major, minor, revision, pre-release id.
+    static var number: Int32 { rd_kafka_version() }
+    static var text: String { String(cString: rd_kafka_version_str()) }
 }

@@ -1,5 +1,6 @@
 internal import CRdKafka
 import ServiceCore
+import Synchronization
 
 /// Owner of one consumer `rd_kafka_t` (a consumer-group member).
 ///
@@ -15,6 +16,10 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
 
     private let handle: OpaquePointer
     private let context: RDKafkaContext
+    private let cooperative: Bool
+
+    /// Contexts of handles never destroyed (see `deinit`): librdkafka may still call into them.
+    private static let leaked = Mutex<[RDKafkaContext]>([])
 
     init(properties: [(String, String)], context: RDKafkaContext) throws(KafkaError) {
         let conf = try RDKafkaConfig.make(properties, context: context)
@@ -22,12 +27,24 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
         rd_kafka_conf_set_offset_commit_cb(conf, rdKafkaOffsetCommitCallback)
         self.handle = try RDKafkaConfig.newHandle(RD_KAFKA_CONSUMER, conf: conf)
         self.context = context
+        self.cooperative = properties.last { $0.0 == "partition.assignment.strategy" }?.1.contains("cooperative-sticky") ?? false
         // Route the main queue (errors, commit results) to the consumer queue, so that
         // rd_kafka_consumer_poll serves every callback.
         rd_kafka_poll_set_consumer(handle)
     }
 
     deinit {
+        // librdkafka before 2.3.0 aborts (assertion `assignor_state`, librdkafka issue 4312) when a
+        // cooperative-sticky consumer is destroyed before its first assignment. The consumer was
+        // closed (it left the group); its handle is left alive instead, which costs a few idle
+        // threads until the process exits.
+        if cooperative, !context.sawAssignment.load(ordering: .acquiring), !KafkaLibrary.hasCooperativeStickyFix {
+            context.logger.warning(
+                "consumer closed before its first assignment: not destroying it (librdkafka before 2.3.0 aborts)",
+                ["librdkafka": KafkaLibrary.version])
+            Self.leaked.withLock { $0.append(context) }
+            return
+        }
         rd_kafka_destroy(handle)
     }
 
@@ -209,6 +226,7 @@ private func rdKafkaRebalanceCallback(
     var failure: KafkaError?
     switch err {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+        context?.sawAssignment.store(true, ordering: .releasing)
         if cooperative {
             if let error = rd_kafka_incremental_assign(rk, partitions) { failure = KafkaError.consuming(error) }
         } else {

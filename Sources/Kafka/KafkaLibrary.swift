@@ -1,0 +1,9 @@
+/// Facts about the librdkafka the process runs with (`rd_kafka_version`).
+public enum KafkaLibrary {
+    /// The librdkafka version text, for example `2.0.2`.
+    public static var version: String { RDKafkaVersion.text }
+
+    /// Whether librdkafka is 2.3.0 or later, which no longer aborts when a cooperative-sticky member's
+    /// assignor state was never set (librdkafka issue 4312, fixed in 2.3.0).
+    public static var hasCooperativeStickyFix: Bool { RDKafkaVersion.number >= 0x0203_0000 }
+}
