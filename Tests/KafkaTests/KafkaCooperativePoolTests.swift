@@ -32,6 +32,9 @@ struct KafkaCooperativePoolTests {
             while !Task.isCancelled {
                 _ = try await producer.send(topic: topic, key: "k\(index % 9)", value: Array("p-\(index)".utf8))
                 index += 1
+                // Paced (about a thousand records a second): records at full speed keep four readers
+                // legitimately busy on the two pool threads, which would measure load, not blocking.
+                try await Task.sleep(for: .milliseconds(1))
             }
         }
         // A ticker: 10 ms sleeps for 2 s should give close to 200 ticks; a blocked pool gives few.
