@@ -54,6 +54,17 @@ public struct EnvironmentConfig: Sendable {
         return value
     }
 
+    /// The integer value of `name` within `range`, or `defaultValue` when unset.
+    /// - Throws: `EnvironmentConfig.Error` naming the variable when set but not an integer in `range`.
+    public func int(_ name: String, default defaultValue: Int, in range: ClosedRange<Int>) throws -> Int {
+        let value = try int(name, default: defaultValue)
+        guard range.contains(value) else {
+            let bound = range.upperBound == Int.max ? "at least \(range.lowerBound)" : "between \(range.lowerBound) and \(range.upperBound)"
+            throw Error(variable: name, problem: "expected an integer \(bound), got \(value)")
+        }
+        return value
+    }
+
     /// The boolean value of `name` (`true`/`false`/`1`/`0`/`yes`/`no`), or `defaultValue` when unset.
     /// - Throws: `EnvironmentConfig.Error` when set to anything else.
     public func bool(_ name: String, default defaultValue: Bool) throws -> Bool {

@@ -61,3 +61,4 @@ private final class Counters: Sendable {
         #expect(counters.order.withLock { $0 } == [0, 1, 2, 3, 4])
     }
 }
+
