@@ -382,8 +382,8 @@ public final class Dispatcher: Sendable {
     private func watchRebalances(_ consumer: KafkaConsumer) async {
         for await event in consumer.events {
             switch event {
-            case .partitionsAssigned(let partitions):
-                logger.info("partitions assigned", ["partitions": partitions.map { "\($0)" }.joined(separator: ",")])
+            case .partitionsAssigned:
+                break  // the consumer logs assignments
             case .partitionsRevoked(let revocation):
                 let revoked = Set(revocation.partitions)
                 let retrying = engine.withLock { state -> [Task<Void, Never>] in
@@ -399,7 +399,10 @@ public final class Dispatcher: Sendable {
                     logger.warning("revocation drain time over: cancelling records still running", ["partitions": revoked.map { "\($0)" }.joined(separator: ",")])
                     cancelWorkers(of: revoked)
                 }
-                logger.info("partitions revoked", ["partitions": revocation.partitions.map { "\($0)" }.joined(separator: ","), "lost": "\(revocation.isLost)"])
+                logger.info("revoked partitions drained", [
+                    "partitions": revocation.partitions.map { "\($0)" }.joined(separator: ","), "lost": "\(revocation.isLost)",
+                    "finished_in_time": "\(drained)",
+                ])
                 revocation.finish()
             case .error(let error):
                 logger.warning("consumer error", ["error": "\(error)"])
@@ -426,7 +429,7 @@ public final class Dispatcher: Sendable {
             do {
                 events.append((message, try TokenEventChecker.checked(message, nowMs: clock.nowMilliseconds())))
             } catch {
-                logger.warning("token event rejected", ["error": "\(error)", "offset": "\(message.offset)"])
+                logger.warning("token event rejected", ["error": "\(error)", "partition": "\(message.topicPartition)", "offset": "\(message.offset)"])
                 try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
             }
         }
@@ -452,7 +455,10 @@ public final class Dispatcher: Sendable {
         do {
             request = try SendRequestDecoder.decode(message)
         } catch {
-            logger.warning("send request rejected", ["error": error.description, "offset": "\(message.offset)"])
+            logger.warning("send request rejected", [
+                "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+                "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
+            ])
             try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
             // Tell the producer too: its request finishes visibly, with the reason.
             if let key = message.key, !key.isEmpty {

@@ -67,9 +67,9 @@ do {
     if let url = env.string("PUSH_APNS_PRODUCTION_URL") { apns.production = try .init(url: url) }
     if let url = env.string("PUSH_APNS_SANDBOX_URL") { apns.sandbox = try .init(url: url) }
     apns.caFile = env.string("PUSH_APNS_CA_FILE")
-    apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool)
+    apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...Int.max)
     apns.requestTimeout = try env.milliseconds("PUSH_APNS_REQUEST_TIMEOUT_MS", default: apns.requestTimeout)
-    apns.retry.maxAttempts = try env.int("PUSH_APNS_MAX_ATTEMPTS", default: apns.retry.maxAttempts)
+    apns.retry.maxAttempts = try env.int("PUSH_APNS_MAX_ATTEMPTS", default: apns.retry.maxAttempts, in: 1...Int.max)
     if let cap = env.string("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION") {
         guard let value = Int(cap), value > 0 else {
             throw EnvironmentConfig.Error(variable: "PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION", problem: "expected a positive integer, got \"\(cap)\"")
