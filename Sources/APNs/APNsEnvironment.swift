@@ -1,4 +1,4 @@
-/// An APNs environment; tokens belong to one (apns-reference.md §1 and §9).
+/// An APNs environment; tokens belong to one (docs/apns-protocol.md §1 and §9).
 public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// Development builds: `api.sandbox.push.apple.com`.
     case sandbox

@@ -1,7 +1,7 @@
 /// The one error type of the APNs module.
 ///
 /// `code` says which check failed; `reason` is Apple's reason string when APNs itself would refuse the
-/// same request with it (apns-reference.md §3), so a caller can report exactly what Apple would have.
+/// same request with it (docs/apns-protocol.md §3), so a caller can report exactly what Apple would have.
 /// `description` never contains key material or a provider token.
 public struct APNsError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure this is. New codes may be added; switch with a `default`.
@@ -32,7 +32,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         private let value: Value
         private init(_ value: Value) { self.value = value }
 
-        /// A device token that is not 32 to 256 bytes of hex (DESIGN.md "Device tokens").
+        /// A device token that is not 32 to 256 bytes of hex (docs/semantics.md "Device tokens").
         public static let invalidDeviceToken = Code(.invalidDeviceToken)
         /// A request APNs itself would refuse; `reason` holds Apple's reason.
         public static let invalidRequest = Code(.invalidRequest)

@@ -1,5 +1,5 @@
 /// An APNs error response body, `{"reason":"<string>"}` plus, for 410 only, `"timestamp":<ms>`
-/// (apns-reference.md §3). GOAWAY debug data carries the same JSON.
+/// (docs/apns-protocol.md §3). GOAWAY debug data carries the same JSON.
 public struct APNsErrorResponse: Hashable, Sendable {
     /// The reason, or `nil` when the body is empty, not JSON, or has no string `reason`.
     public let reason: APNsReason?

@@ -1,4 +1,4 @@
-/// The `apns-expiration` header, with its three distinct meanings (apns-reference.md §2 and §10).
+/// The `apns-expiration` header, with its three distinct meanings (docs/apns-protocol.md §2 and §10).
 public enum APNsExpiration: Hashable, Sendable {
     /// No header: APNs's storage policy applies (stored and retried for at most 30 days).
     case omitted

@@ -1,5 +1,5 @@
 import Foundation
-/// The `apns-id` header: a canonical UUID in lowercase, 8-4-4-4-12 hex digits (apns-reference.md §2).
+/// The `apns-id` header: a canonical UUID in lowercase, 8-4-4-4-12 hex digits (docs/apns-protocol.md §2).
 /// APNs echoes it in the response; a malformed one gets 400 `BadMessageId`.
 public struct APNsID: Hashable, Sendable, CustomStringConvertible {
     /// The lowercase UUID text, e.g. `123e4567-e89b-12d3-a456-426614174000`.

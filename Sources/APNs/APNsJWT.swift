@@ -1,5 +1,5 @@
 /// An APNs provider authentication token: an ES256 JWT (RFC 7519, RFC 7515) as Apple specifies it
-/// (apns-reference.md §4, Apple's *Establishing a token-based connection to APNs*).
+/// (docs/apns-protocol.md §4, Apple's *Establishing a token-based connection to APNs*).
 ///
 /// Header `{"alg":"ES256","kid":"<keyID>"}` (the key ID only in the header), claims
 /// `{"iss":"<teamID>","iat":<integer seconds>}`, each base64url without padding, signed with ECDSA

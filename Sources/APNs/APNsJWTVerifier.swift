@@ -1,4 +1,4 @@
-/// Verifies APNs provider tokens the way APNs does, for the simulator (apns-reference.md §4).
+/// Verifies APNs provider tokens the way APNs does, for the simulator (docs/apns-protocol.md §4).
 ///
 /// Accepts ES256 signatures both as 64-byte raw R‖S (JWS, RFC 7518 §3.4) and as ASN.1 DER, because
 /// APNs accepts both (Apple's own `openssl dgst -sha256 -sign` recipe makes DER). Checks the structure

@@ -1,6 +1,6 @@
 /// Checks an ``APNsRequest`` before it is sent, so a notification APNs would refuse fails at once with
 /// Apple's reason instead of costing a round trip (4xx responses also cut throughput,
-/// apns-reference.md §3).
+/// docs/apns-protocol.md §3).
 ///
 /// Checks that mirror APNs (each throws `APNsError` `.invalidRequest` with Apple's reason):
 /// empty body → `PayloadEmpty`; more than 4096 bytes (5120 for `voip`) of the exact body bytes →
@@ -15,7 +15,7 @@
 /// `checksTopicAgainstPushType` the topic must carry the push type's suffix
 /// (`.topicDoesNotMatchPushType`).
 public struct APNsNotificationValidator: Sendable {
-    /// Whether the payload must suit the push type (apns-reference.md §7 and §8).
+    /// Whether the payload must suit the push type (docs/apns-protocol.md §7 and §8).
     public var checksPayloadAgainstPushType: Bool
     /// Whether `apns-topic` must end with the push type's suffix (and alert/background with none).
     public var checksTopicAgainstPushType: Bool

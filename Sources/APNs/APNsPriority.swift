@@ -2,7 +2,7 @@
 ///
 /// Apple defines 10 (deliver immediately), 5 (deliver based on the device's power considerations) and
 /// 1 (power considerations first, never wake the device); APNs's default is 10 and any other value gets
-/// 400 `BadPriority` (apns-reference.md §2). Any integer can be held so that a bad value can be
+/// 400 `BadPriority` (docs/apns-protocol.md §2). Any integer can be held so that a bad value can be
 /// represented and refused by ``APNsNotificationValidator``.
 public struct APNsPriority: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     /// The header's integer value.

@@ -5,7 +5,7 @@ import Synchronization
 ///
 /// Apple: "Refresh your token no more than once every 20 minutes and no less than once every 60
 /// minutes"; an `iat` older than an hour gets 403 `ExpiredProviderToken`, and switching tokens more
-/// than once per 20 minutes on a connection gets 429 `TooManyProviderTokenUpdates` (apns-reference.md
+/// than once per 20 minutes on a connection gets 429 `TooManyProviderTokenUpdates` (docs/apns-protocol.md
 /// §4). So: the token is minted when first asked for, replaced once it reaches ``refreshAge`` (default
 /// 50 min, kept within 20…59 min), and two distinct tokens are never issued less than 20 minutes apart,
 /// even after ``invalidate(_:)``. Time comes from the injected `WallClock`. Share one cache across all

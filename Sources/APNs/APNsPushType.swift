@@ -1,7 +1,7 @@
 /// The `apns-push-type` header: what a notification does, which topic suffix and token kind it needs.
 ///
-/// Source: apns-reference.md §2 "Push types, topics and priority" (Apple, *Sending notification
-/// requests to APNs*); token kinds from DESIGN.md "Device tokens: format and kinds".
+/// Source: docs/apns-protocol.md §2 "Push types, topics and priority" (Apple, *Sending notification
+/// requests to APNs*); token kinds from docs/semantics.md "Device tokens: format and kinds".
 public enum APNsPushType: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// Shows an alert, plays a sound or badges the icon. Topic: the bundle ID.
     case alert
@@ -82,7 +82,7 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable, CustomString
     /// error"), 10 otherwise. Requests always send the header explicitly.
     public var defaultPriority: APNsPriority { self == .background ? .consideringDevicePower : .immediately }
 
-    /// The largest body in bytes: 5120 for `voip`, 4096 for every other type (apns-reference.md §2
+    /// The largest body in bytes: 5120 for `voip`, 4096 for every other type (docs/apns-protocol.md §2
     /// "Body limits"). Measured on the exact UTF-8 bytes of the body.
     public var maximumPayloadBytes: Int { self == .voip ? 5120 : 4096 }
 

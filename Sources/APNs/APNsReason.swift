@@ -1,6 +1,6 @@
 /// Apple's reason string from an APNs error response body `{"reason":"…"}` for device pushes.
 ///
-/// Raw values are Apple's exact strings (apns-reference.md §3, Apple's *Handling notification
+/// Raw values are Apple's exact strings (docs/apns-protocol.md §3, Apple's *Handling notification
 /// responses from APNs*). Any other string is kept as `.unknown(_:)`; it never crashes anything and is
 /// handled as a rejection plus an alert.
 public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConvertible {
@@ -150,8 +150,8 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
         }
     }
 
-    /// What the sender does about this reason (DESIGN.md "Retries follow the reason"; the table in
-    /// apns-reference.md §3 is normative). `BadDeviceToken` deactivates because the dispatcher always
+    /// What the sender does about this reason (docs/semantics.md "Retries follow the reason"; the table in
+    /// docs/apns-protocol.md §3 is normative). `BadDeviceToken` deactivates because the dispatcher always
     /// sends a token to its own stored environment; see ``mayMeanWrongEnvironment``.
     public var action: APNsReasonAction {
         switch self {
@@ -166,12 +166,12 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
     }
 
     /// True for `BadDeviceToken`, which Apple also returns for a token sent to the other environment:
-    /// an app may opt in to one try on the other environment before deactivating (DESIGN.md).
+    /// an app may opt in to one try on the other environment before deactivating (docs/semantics.md).
     public var mayMeanWrongEnvironment: Bool { self == .badDeviceToken }
 
     /// True when this points at our own bug or configuration rather than the device and deserves an
     /// operator alert: `TooManyProviderTokenUpdates`, provider-token and certificate problems, and
-    /// unknown reasons (apns-reference.md §3: "Treat unknown reason strings as FIX plus an alert").
+    /// unknown reasons (docs/apns-protocol.md §3: "Treat unknown reason strings as FIX plus an alert").
     public var raisesAlert: Bool {
         switch self {
         case .tooManyProviderTokenUpdates, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,

@@ -1,4 +1,4 @@
-/// What to do after APNs refused a notification (DESIGN.md "Retries follow the reason").
+/// What to do after APNs refused a notification (docs/semantics.md "Retries follow the reason").
 public enum APNsReasonAction: Hashable, Sendable, CaseIterable {
     /// 410 `Unregistered`/`ExpiredToken` (unless re-registered after the 410 timestamp) and 400
     /// `BadDeviceToken` for the token's own environment: deactivate the token, don't retry.

@@ -1,6 +1,6 @@
 extension APNsRequest {
     /// Parses an incoming HTTP/2 device-push request the way APNs does (for the simulator), refusing
-    /// it with Apple's reason and status (apns-reference.md §2).
+    /// it with Apple's reason and status (docs/apns-protocol.md §2).
     ///
     /// Checks, in order: a repeated header → `DuplicateHeaders`; `:method` not POST → 405
     /// `MethodNotAllowed`; `:path` not `/3/device/…` → 404 `BadPath`; no token → `MissingDeviceToken`;

@@ -1,7 +1,7 @@
 /// One device push as it goes to APNs: `POST /3/device/<token>` with the `apns-*` headers and the
-/// payload's exact bytes (apns-reference.md §2).
+/// payload's exact bytes (docs/apns-protocol.md §2).
 ///
-/// The payload is kept as the caller's bytes and never re-serialized (TRAPS.md); size limits count
+/// The payload is kept as the caller's bytes and never re-serialized (docs/stack-notes.md); size limits count
 /// those bytes. Check a request with ``APNsNotificationValidator`` before sending it.
 public struct APNsRequest: Hashable, Sendable {
     /// The target token; goes into `:path`.
@@ -47,7 +47,7 @@ public struct APNsRequest: Hashable, Sendable {
     public var requiredTokenKind: APNsTokenKind { pushType.tokenKind(forPayload: payload) }
 
     /// Headers whose values change with every request; an HPACK encoder should not index them
-    /// (apns-reference.md §1 "HPACK": never index `:path` or `apns-id`).
+    /// (docs/apns-protocol.md §1 "HPACK": never index `:path` or `apns-id`).
     public static let headersNotToIndex: Set<String> = [":path", "apns-id", "apns-expiration", "apns-collapse-id"]
 
     /// The HTTP/2 header list, in this order: `:method POST`, `:path`, `apns-topic`, `apns-push-type`,

@@ -1,5 +1,5 @@
 /// Which API an app obtained a device token from; each push type needs one kind
-/// (DESIGN.md "Device tokens: format and kinds"; `push.v1.TokenKind` in Protos/push/v1/common.proto).
+/// (docs/semantics.md "Device tokens: format and kinds"; `push.v1.TokenKind` in Protos/push/v1/common.proto).
 public enum APNsTokenKind: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     /// `registerForRemoteNotifications`: alert, background and controls pushes.
     case standard

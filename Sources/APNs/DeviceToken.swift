@@ -1,8 +1,8 @@
 /// An APNs device token: 32 to 256 bytes, held as lowercase hex.
 ///
-/// Normalization follows DESIGN.md "Device tokens": hex in any case, optionally inside `<…>` and with
+/// Normalization follows docs/semantics.md "Device tokens": hex in any case, optionally inside `<…>` and with
 /// spaces (the `NSData` description format), even length, 64 to 512 hex characters. Apple says token
-/// length is variable ("Don't make assumptions about device token size", apns-reference.md §2), so
+/// length is variable ("Don't make assumptions about device token size", docs/apns-protocol.md §2), so
 /// anything in that range is accepted; anything else is refused with an error that says what is wrong,
 /// never repaired. The same rule serves the registration service, the dispatcher and the simulator.
 public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {

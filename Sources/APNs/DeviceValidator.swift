@@ -45,7 +45,7 @@ public enum DeviceValidator {
         return device
     }
 
-    /// A device token as lowercase hex (DESIGN.md "Device tokens").
+    /// A device token as lowercase hex (docs/semantics.md "Device tokens").
     /// - Throws: `InvalidFieldError` for `field` saying what is wrong.
     public static func normalizedToken(_ text: String, field: String) throws(InvalidFieldError) -> String {
         guard !text.isEmpty else { throw InvalidFieldError(field, "is required") }

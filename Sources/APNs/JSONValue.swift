@@ -1,6 +1,6 @@
 /// A minimal, strict RFC 8259 JSON reader used only to *inspect* payloads, JWT parts and error bodies.
 ///
-/// We never re-serialize a caller's payload (TRAPS.md: `JSONSerialization` rewrites `/` and numbers),
+/// We never re-serialize a caller's payload (docs/stack-notes.md: `JSONSerialization` rewrites `/` and numbers),
 /// and we need what Foundation blurs: `true` versus `1`, and an integer versus `1.5` versus `"1"`
 /// (a JWT `iat`). Numbers keep their source text. Duplicate object keys: the last one wins.
 enum JSONValue: Equatable, Sendable {

@@ -4,7 +4,7 @@ import ServiceCore
 
 extension APNsSimulator {
     /// A provider-token key the simulator trusts: Apple's Key ID, the team that owns it, its public
-    /// key and, for keys restricted to one environment, that environment (apns-reference.md §4
+    /// key and, for keys restricted to one environment, that environment (docs/apns-protocol.md §4
     /// "Key scope").
     public struct TrustedKey: Sendable {
         /// The 10-character Key ID (`kid`).
@@ -33,7 +33,7 @@ extension APNsSimulator {
         /// The token (any case; stored as lowercase hex).
         public var token: String
         /// Its environment: a push on the other environment's listener gets 400 `BadDeviceToken`
-        /// (apns-reference.md §9).
+        /// (docs/apns-protocol.md §9).
         public var environment: APNsEnvironment
         /// The app's bundle ID; a push whose topic (without its push-type suffix) differs gets 400
         /// `DeviceTokenNotForTopic`. nil = any topic.
@@ -84,7 +84,7 @@ extension APNsSimulator {
         public var privateKeyFile: String
         /// PEM file of the CA that issues provider (client) certificates. When set, the push listeners
         /// ask for a client certificate; a connection that presents one verified against this CA is a
-        /// certificate-auth connection (apns-reference.md §5). nil = token auth only. Default nil.
+        /// certificate-auth connection (docs/apns-protocol.md §5). nil = token auth only. Default nil.
         public var clientCAFile: String?
         /// Provider-token keys accepted.
         public var trustedKeys: [TrustedKey]
@@ -97,7 +97,7 @@ extension APNsSimulator {
         /// How many received requests the admin API keeps, oldest dropped first. Default 10,000.
         public var recordLimit: Int = 10_000
         /// SETTINGS_MAX_CONCURRENT_STREAMS of a new connection, until it is trusted. Default 1, as
-        /// APNs does with token auth (apns-reference.md §6).
+        /// APNs does with token auth (docs/apns-protocol.md §6).
         public var initialMaxConcurrentStreams: UInt32 = 1
         /// Event-loop threads per push listener. Default: the number of active processors.
         public var eventLoopCount: Int = ProcessInfo.processInfo.activeProcessorCount

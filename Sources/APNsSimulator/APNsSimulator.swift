@@ -6,7 +6,7 @@ import ServiceCore
 /// A stand-in for Apple's APNs servers, for tests, benchmarks and staging systems.
 ///
 /// One TLS listener per environment (ALPN `h2`) answers `POST /3/device/<token>` with every check of
-/// apns-reference.md §2 and Apple's status and JSON body from §3; `apns-unique-id` is sent by the
+/// docs/apns-protocol.md §2 and Apple's status and JSON body from §3; `apns-unique-id` is sent by the
 /// sandbox listener only. Authentication follows §4–§6: provider tokens (known `kid`, `iss` = the
 /// key's team, ES256 signature as R‖S or DER, `iat` at most one hour old, one JWT change per 20
 /// minutes per connection, one Key ID per connection) or, with `clientCAFile`, client certificates

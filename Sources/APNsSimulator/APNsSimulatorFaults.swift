@@ -1,7 +1,7 @@
 import APNs
 import Foundation
 
-/// Faults the simulator injects on demand, the ones production APNs shows (apns-reference.md §3 and
+/// Faults the simulator injects on demand, the ones production APNs shows (docs/apns-protocol.md §3 and
 /// §6). Every fault is off by default. Set at start (`APNsSimulator.Configuration.faults`, or the
 /// `faults` object of the config file) and replaced at runtime (`APNsSimulator.setFaults(_:)` or
 /// `PUT /admin/faults`).
@@ -128,7 +128,7 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     public var unansweredShare: Double = 0
     /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection is trusted (token auth: after its first
     /// successful request; certificate auth: at its first request). New connections start at 1
-    /// (apns-reference.md §6). JSON `max_concurrent_streams`, default 1000.
+    /// (docs/apns-protocol.md §6). JSON `max_concurrent_streams`, default 1000.
     public var maxConcurrentStreams: UInt32 = 1000
     /// Later changes of SETTINGS_MAX_CONCURRENT_STREAMS on each connection, by time since its first
     /// request. JSON `max_concurrent_streams_schedule`.

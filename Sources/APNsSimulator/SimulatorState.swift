@@ -331,7 +331,7 @@ final class SimulatorState: Sendable {
         }
     }
 
-    /// Apple's checks (apns-reference.md §2–§5) in this order: DuplicateHeaders, MethodNotAllowed,
+    /// Apple's checks (docs/apns-protocol.md §2–§5) in this order: DuplicateHeaders, MethodNotAllowed,
     /// BadPath, MissingDeviceToken, authentication (MissingProviderToken, InvalidProviderToken,
     /// BadEnvironmentKeyIdInToken, UnrelatedKeyIdInToken, ExpiredProviderToken,
     /// TooManyProviderTokenUpdates), BadDeviceToken, InvalidPushType, MissingTopic, BadTopic,
@@ -385,7 +385,7 @@ final class SimulatorState: Sendable {
             guard let number = Int(value), number == 10 || number == 5 || number == 1 else { return .reject(.badPriority) }
             priority = number
         }
-        // Background pushes must say 5 (apns-reference.md §2: "Always 5. Using 10 is an error";
+        // Background pushes must say 5 (docs/apns-protocol.md §2: "Always 5. Using 10 is an error";
         // the default is 10, so omitting the header is the same error).
         if type == .background && priority != 5 { return .reject(.badPriority) }
         if (try? APNsExpiration(headerValue: fields.expiration)) == nil { return .reject(.badExpirationDate) }
@@ -421,7 +421,7 @@ final class SimulatorState: Sendable {
         }
     }
 
-    /// Token authentication (apns-reference.md §4). Returns the failure, or nil when the token is good.
+    /// Token authentication (docs/apns-protocol.md §4). Returns the failure, or nil when the token is good.
     ///
     /// The JWT accepted on a connection is cached there, so a request repeating it costs a string
     /// comparison, not an ECDSA verification. A different JWT is verified; it replaces the
@@ -509,7 +509,7 @@ final class SimulatorState: Sendable {
     private static let suffixedTypes = APNsPushType.allCases.filter { !$0.topicSuffix.isEmpty }
         .sorted { $0.topicSuffix.utf8.count > $1.topicSuffix.utf8.count }
 
-    /// Whether `topic` carries the suffix `type` needs (apns-reference.md §2 "Push types, topics and
+    /// Whether `topic` carries the suffix `type` needs (docs/apns-protocol.md §2 "Push types, topics and
     /// priority"): the type's suffix, or for `alert`/`background` no push-type suffix at all. `mdm`
     /// topics are the certificate's UID and take any form.
     static func topic(_ topic: String, suits type: APNsPushType) -> Bool {

@@ -52,7 +52,7 @@ struct SplitMix64: RandomNumberGenerator {
 }
 
 enum APNsIDSyntax {
-    /// True for a canonical UUID, 8-4-4-4-12 hex digits in any case (apns-reference.md §2 `apns-id`).
+    /// True for a canonical UUID, 8-4-4-4-12 hex digits in any case (docs/apns-protocol.md §2 `apns-id`).
     static func isValid(_ text: String) -> Bool {
         let utf8 = text.utf8
         return utf8.withContiguousStorageIfAvailable(check) ?? Array(utf8).withUnsafeBufferPointer(check)
@@ -73,7 +73,7 @@ enum APNsIDSyntax {
 }
 
 /// What a provider certificate allows: the topics of Apple's extension 1.2.840.113635.100.6.3.6 when
-/// present, else the subject's UID (the bundle ID) (apns-reference.md §5).
+/// present, else the subject's UID (the bundle ID) (docs/apns-protocol.md §5).
 struct CertificateIdentity: Sendable {
     /// Allowed topics, in certificate order.
     let topics: [String]
@@ -93,7 +93,7 @@ struct CertificateIdentity: Sendable {
     }
 
     /// The one topic a request may omit `apns-topic` for: the certificate's only topic (a
-    /// certificate listing several topics needs the header, apns-reference.md §2).
+    /// certificate listing several topics needs the header, docs/apns-protocol.md §2).
     var defaultTopic: String? { topics.count == 1 ? topics[0] : nil }
 }
 

@@ -3,7 +3,7 @@ import Kafka
 
 /// Everything the dispatcher needs to run; executables fill it from the environment.
 public struct DispatcherConfiguration: Sendable {
-    /// Kafka topics (DESIGN.md "Wire contracts").
+    /// Kafka topics (docs/semantics.md "Wire contracts").
     public struct Topics: Sendable {
         public var tokenEvents = "push.token-events.v1"
         public var sendRequests = "push.send-requests.v1"

@@ -316,7 +316,7 @@ public final class SendRequestProcessor: Sendable {
         return report
     }
 
-    /// DESIGN.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
+    /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
     /// announce it with `TokenInvalidated`.
     private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
         let now = clock.nowMilliseconds()

@@ -62,7 +62,7 @@ extension ProtobufMessage {
         }
     }
 
-    /// The Kafka `content-type` header value for this message's binary encoding (DESIGN.md, "Wire
+    /// The Kafka `content-type` header value for this message's binary encoding (docs/semantics.md, "Wire
     /// contracts"): `application/x-protobuf; message=push.v1.SendRequest`.
     public static var protobufContentType: String { "application/x-protobuf; message=\(protoMessageName)" }
 

@@ -6,8 +6,8 @@ import ServiceCore
 import Synchronization
 import Testing
 
-/// Every reason of apns-reference.md §3, answered by the simulator, is handled by the action of
-/// DESIGN.md's retry rules: how often it is sent, on which connections, with which JWT.
+/// Every reason of docs/apns-protocol.md §3, answered by the simulator, is handled by the action of
+/// docs/semantics.md's retry rules: how often it is sent, on which connections, with which JWT.
 @Suite(.serialized, .timeLimit(.minutes(1))) struct ReasonTests {
     @Test func everyDocumentedReasonGetsItsAction() async throws {
         try await withSimulator { harness in

@@ -5,7 +5,7 @@ import ServiceCore
 import Testing
 
 /// The simulator driven by clients we did not write (Python h2, httpx, aioapns): every check of
-/// apns-reference.md §2, every reason of §3, the token-auth rules of §4, certificate auth (§5), the
+/// docs/apns-protocol.md §2, every reason of §3, the token-auth rules of §4, certificate auth (§5), the
 /// stream rules of §6, and every fault. Each test owns a simulator on free ports.
 @Suite(.timeLimit(.minutes(1)))
 struct ScenarioTests {

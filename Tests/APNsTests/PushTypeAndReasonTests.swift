@@ -88,7 +88,7 @@ import Testing
             .badPath, .methodNotAllowed, .payloadTooLarge, .unknown("SomethingNew")]
         for reason in rejected { #expect(reason.action == .reject, "\(reason)") }
         #expect(APNsReason.unknown("SomethingNew").raisesAlert)
-        // Only these three ever deactivate a token (DESIGN.md "Token hygiene follows Apple").
+        // Only these three ever deactivate a token (docs/semantics.md "Token hygiene follows Apple").
         #expect(APNsReason.documented.filter { $0.action == .deactivateToken } == [.badDeviceToken, .expiredToken, .unregistered])
         #expect(APNsReason.action(forStatus: 503, reason: nil) == .retryWithBackoff)
         #expect(APNsReason.action(forStatus: 500, reason: .unknown("Odd")) == .retryWithBackoff)

@@ -8,7 +8,7 @@ import Testing
 
 @testable import DispatcherCore
 
-/// The token table's semantics (DESIGN.md "Token table", "Token hygiene") on a real PostgreSQL:
+/// The token table's semantics (docs/semantics.md "Token table", "Token hygiene") on a real PostgreSQL:
 /// an older event never overwrites a newer one, a new token of an installation replaces the old
 /// one, and Apple's 410 never wins over a newer registration.
 @Suite(.testDatabase, .serialized, .timeLimit(.minutes(1)))

@@ -12,7 +12,7 @@ import Synchronization
 /// uncached DNS look-up on a thread of its own; TLS 1.2+ with ALPN `h2` and the server verified.
 /// It never has more streams open on a connection than the server's current
 /// SETTINGS_MAX_CONCURRENT_STREAMS, and a new token-auth connection sends one request before it fans
-/// out (apns-reference.md §6). Callers beyond capacity wait in a bounded FIFO (back-pressure);
+/// out (docs/apns-protocol.md §6). Callers beyond capacity wait in a bounded FIFO (back-pressure);
 /// beyond `maxQueuedRequests` waiting callers, `send` fails at once with `.tooManyQueuedRequests`.
 /// GOAWAY, a drop, a failed PING (idle connections are pinged every `idlePingInterval`) or a
 /// retirement replaces the connection; failed opens back off exponentially with jitter.
@@ -22,7 +22,7 @@ import Synchronization
 /// moves to the successor once its own is 45 minutes old, so no connection changes JWT more than
 /// once per 20 minutes and none sends a JWT older than an hour.
 ///
-/// **Retries** (DESIGN.md "Retries follow the reason"; reference §3 is normative):
+/// **Retries** (docs/semantics.md "Retries follow the reason"; reference §3 is normative):
 /// - streams APNs did not process (above a GOAWAY's last-stream-id, REFUSED_STREAM, or the
 ///   connection went away before sending) are sent again at once on another connection and are not
 ///   attempts;
@@ -105,7 +105,7 @@ public final class APNsClient: Sendable {
             public init() {}
         }
 
-        /// `api.push.apple.com:443` unless overridden (apns-reference.md §1).
+        /// `api.push.apple.com:443` unless overridden (docs/apns-protocol.md §1).
         public var production = Endpoint(host: APNsEnvironment.production.host, port: 443)
         /// `api.sandbox.push.apple.com:443` unless overridden.
         public var sandbox = Endpoint(host: APNsEnvironment.sandbox.host, port: 443)
@@ -125,10 +125,10 @@ public final class APNsClient: Sendable {
         /// `.tooManyQueuedRequests`. Default 10,000.
         public var maxQueuedRequests: Int = 10_000
         /// Optional cap on streams per connection below the server's SETTINGS_MAX_CONCURRENT_STREAMS
-        /// (DESIGN.md "Per-connection rate"). Default nil (the server's value).
+        /// (docs/semantics.md "Per-connection rate"). Default nil (the server's value).
         public var maxStreamsPerConnection: Int?
         /// Optional cap on requests started per second on each connection (token bucket, bursts
-        /// up to one second's worth; DESIGN.md "Per-connection rate"). Default nil (no cap).
+        /// up to one second's worth; docs/semantics.md "Per-connection rate"). Default nil (no cap).
         public var maxRequestsPerSecondPerConnection: Int?
         /// A connection without traffic for this long gets an HTTP/2 PING. Default 60 s.
         public var idlePingInterval: Duration = .seconds(60)

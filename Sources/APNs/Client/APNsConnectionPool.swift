@@ -16,7 +16,7 @@ final class PooledConnection: @unchecked Sendable {
     let ended = OneShot()
     /// Streams we opened and that have not finished yet.
     var inFlight = 0
-    /// Token auth: false until a request succeeded; until then one stream only (apns-reference.md §6).
+    /// Token auth: false until a request succeeded; until then one stream only (docs/apns-protocol.md §6).
     var trusted: Bool
     /// No new streams: GOAWAY received, closed or retired.
     var retired = false
@@ -52,7 +52,7 @@ final class PooledConnection: @unchecked Sendable {
     }
 }
 
-/// The connections of one (credentials, environment) pair (apns-reference.md §6 "Connection
+/// The connections of one (credentials, environment) pair (docs/apns-protocol.md §6 "Connection
 /// management"): `connectionsPerPool` slots, each opened after its own DNS look-up, staggered, and
 /// replaced after GOAWAY, a drop, a failed PING or a retirement, with exponential backoff and jitter
 /// between failed attempts. Requests lease one stream at a time; when no connection has a free

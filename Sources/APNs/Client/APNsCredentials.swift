@@ -1,4 +1,4 @@
-/// How a pool of connections authenticates to APNs (apns-reference.md §4 and §5).
+/// How a pool of connections authenticates to APNs (docs/apns-protocol.md §4 and §5).
 ///
 /// One connection serves one team (token auth) or one certificate: the client keeps a pool per
 /// (credentials, environment), so two `APNsCredentials` values that wrap the same object share

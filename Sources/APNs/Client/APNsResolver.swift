@@ -2,7 +2,7 @@ import Foundation
 
 /// Host name look-ups for the pool: `getaddrinfo` on a short-lived thread of its own (it blocks, so
 /// never on the cooperative pool) and never cached, so each connection starts from a fresh answer
-/// (apns-reference.md §6: "Do an uncached DNS lookup before each connection").
+/// (docs/apns-protocol.md §6: "Do an uncached DNS lookup before each connection").
 enum APNsResolver {
     /// The numeric addresses of `host` (IPv4 and IPv6, in resolver order, duplicates removed).
     /// - Throws: `ResolveError` with the resolver's message.

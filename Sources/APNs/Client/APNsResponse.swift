@@ -1,6 +1,6 @@
 import HTTP2
 
-/// APNs's answer to one device push (apns-reference.md §3).
+/// APNs's answer to one device push (docs/apns-protocol.md §3).
 public struct APNsResponse: Sendable, Hashable {
     /// `:status`: 200 on success.
     public var status: Int
@@ -21,7 +21,7 @@ public struct APNsResponse: Sendable, Hashable {
     public var unprocessedResends: Int = 0
 
     /// True when APNs answered with a reason string this code does not know: a rejection plus an
-    /// alert, never a retry (apns-reference.md §3).
+    /// alert, never a retry (docs/apns-protocol.md §3).
     public var hasUnknownReason: Bool {
         if case .unknown? = reason { return true }
         return false
@@ -30,7 +30,7 @@ public struct APNsResponse: Sendable, Hashable {
     /// Whether APNs accepted the notification.
     public var isSuccess: Bool { status == 200 }
 
-    /// What DESIGN.md's retry rules say to do with this answer.
+    /// What docs/semantics.md's retry rules say to do with this answer.
     public var action: APNsReasonAction { APNsReason.action(forStatus: status, reason: reason) }
 
     /// Builds the response from the HTTP/2 answer; an error body that is not Apple's JSON keeps

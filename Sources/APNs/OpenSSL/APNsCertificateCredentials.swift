@@ -3,7 +3,7 @@ import Foundation
 import ServiceCore
 
 /// A provider certificate and its private key, for certificate-based (mutual TLS) APNs connections
-/// (apns-reference.md §5).
+/// (docs/apns-protocol.md §5).
 ///
 /// Loads PEM (certificate, optionally followed by its chain, plus a private key) or PKCS#12 (`.p12`).
 /// Exposes the subject (whose UID is the topic of an MDM push certificate), the topics listed in
@@ -169,7 +169,7 @@ public final class APNsCertificateCredentials: Sendable {
     }
 
     /// The topics a DER-encoded certificate lists in Apple's extension 1.2.840.113635.100.6.3.6
-    /// (apns-reference.md §5); `[]` when the certificate has none or cannot be parsed. The APNs
+    /// (docs/apns-protocol.md §5); `[]` when the certificate has none or cannot be parsed. The APNs
     /// simulator uses it on the certificates clients present.
     public static func topics(inCertificateDER der: [UInt8]) -> [String] {
         der.withUnsafeBufferPointer { buffer -> [String] in

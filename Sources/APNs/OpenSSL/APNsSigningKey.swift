@@ -2,7 +2,7 @@ internal import COpenSSL
 import Foundation
 
 /// An APNs token-signing key: the `.p8` file from the developer portal, an unencrypted PKCS#8 PEM
-/// wrapping an EC P-256 private key (apns-reference.md §4).
+/// wrapping an EC P-256 private key (docs/apns-protocol.md §4).
 ///
 /// Accepted text forms, all yielding the same key: PEM with LF or CRLF line ends; the PEM on one line
 /// with literal `\n` escapes (as environment variables carry it); or only the base64 body without the

@@ -1,7 +1,7 @@
 internal import COpenSSL
 
 /// Helpers shared by the OpenSSL adapters of this module. OpenSSL's error queue is per thread: every
-/// operation clears it first and reads it on the same thread with no suspension in between (TRAPS.md).
+/// operation clears it first and reads it on the same thread with no suspension in between (docs/stack-notes.md).
 enum OpenSSL {
     /// Drains the thread's error queue into one line, e.g. `error:1E08010C:DECODER routines::unsupported`.
     static func drainErrors() -> String {
@@ -94,7 +94,7 @@ final class OpenSSLKey: @unchecked Sendable {
             throw APNsError(code: .signingFailed, message: "EVP_DigestSign failed: \(OpenSSL.drainErrors())")
         }
         // EVP_DigestSign yields DER (SEQUENCE of two INTEGERs); JWS needs each half left-padded to
-        // 32 bytes, or about 1 signature in 128 comes out short (TRAPS.md).
+        // 32 bytes, or about 1 signature in 128 comes out short (docs/stack-notes.md).
         guard let raw = Self.rawSignature(fromDER: Array(der.prefix(length))) else {
             throw APNsError(code: .signingFailed, message: "could not decode the DER ECDSA signature: \(OpenSSL.drainErrors())")
         }

@@ -32,7 +32,7 @@ def headers(topic=BUNDLE, push_type="alert", priority="10", extra=()):
 
 @scenario
 def request_checks():
-    """Every request check of apns-reference.md §2 with Apple's status and JSON body."""
+    """Every request check of docs/apns-protocol.md §2 with Apple's status and JSON body."""
     jwt = make_jwt()
     c = H2("sandbox")
     t = token()
@@ -56,7 +56,7 @@ def request_checks():
     for bad in ["abc", "zz" * 32, "ab" * 31, "a" * 65, "ab" * 257]:
         expect_reason(send(path_token=bad), 400, "BadDeviceToken")
     expect_eq(send(path_token=token(80)).status, 200, "an 80-byte token is valid")
-    expect_eq(send(path_token=token().upper()).status, 200, "upper-case hex is accepted (DESIGN.md token rule)")
+    expect_eq(send(path_token=token().upper()).status, 200, "upper-case hex is accepted (docs/semantics.md token rule)")
     expect_reason(send(hdrs=headers(push_type="bogus")), 400, "InvalidPushType")
     expect_reason(send(hdrs=headers(topic=None)), 400, "MissingTopic")
     expect_reason(send(hdrs=headers(topic="com.example app")), 400, "BadTopic")
