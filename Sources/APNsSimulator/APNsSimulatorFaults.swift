@@ -1,3 +1,4 @@
+import ServiceCore
 import APNs
 import Foundation
 
@@ -265,33 +266,26 @@ extension APNsSimulatorFaults {
             "drop_after_streams": dropAfterStreams,
             "unanswered_share": unansweredShare,
             "max_concurrent_streams": maxConcurrentStreams,
-            "max_concurrent_streams_schedule": maxConcurrentStreamsSchedule.map { ["after_ms": $0.after.milliseconds, "value": $0.value] },
+            "max_concurrent_streams_schedule": maxConcurrentStreamsSchedule.map { ["after_ms": $0.after.wholeMilliseconds, "value": $0.value] },
         ]
         if let latency {
             object["latency"] = [
-                "distribution": latency.distribution.rawValue, "min_ms": latency.minimum.milliseconds,
-                "max_ms": latency.maximum.milliseconds, "mean_ms": latency.mean.milliseconds, "share": latency.share,
+                "distribution": latency.distribution.rawValue, "min_ms": latency.minimum.wholeMilliseconds,
+                "max_ms": latency.maximum.wholeMilliseconds, "mean_ms": latency.mean.wholeMilliseconds, "share": latency.share,
             ]
         }
         if let tokenRateLimit {
-            object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.milliseconds]
+            object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.wholeMilliseconds]
         }
         if let goAway {
             var value: [String: Any] = ["after_streams": goAway.afterStreams, "reason": goAway.reason, "error_code": goAway.errorCode]
-            if let every = goAway.every { value["every_ms"] = every.milliseconds }
+            if let every = goAway.every { value["every_ms"] = every.wholeMilliseconds }
             object["goaway"] = value
         }
         return object
     }
 }
 
-extension Duration {
-    /// Whole milliseconds, rounded down.
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}
 
 /// Reads typed fields from a decoded JSON object and refuses unknown keys, naming the path.
 struct JSONReader {

@@ -1,3 +1,4 @@
+import ServiceCore
 import APNs
 import Foundation
 import HTTP2
@@ -95,12 +96,12 @@ final class ConnectionState: Sendable {
     /// `sentGoAway` runs after a timer sent GOAWAY.
     func startTimers(_ faults: APNsSimulatorFaults, sentGoAway: @escaping @Sendable () -> Void) {
         for step in faults.maxConcurrentStreamsSchedule {
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(step.after.milliseconds))) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(step.after.wholeMilliseconds))) { [weak self] in
                 self?.applyScheduledLimit(step.value)
             }
         }
         if let goAway = faults.goAway, let every = goAway.every {
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(every.milliseconds))) { [weak self] in
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(every.wholeMilliseconds))) { [weak self] in
                 if self?.goAway(lastStreamID: nil, reason: goAway.reason, errorCode: goAway.errorCode) == true { sentGoAway() }
             }
         }

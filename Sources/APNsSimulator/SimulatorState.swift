@@ -320,13 +320,13 @@ final class SimulatorState: Sendable {
     }
 
     private static func sample(_ latency: APNsSimulatorFaults.Latency, _ rng: inout SplitMix64) -> Int64 {
-        let minimum = latency.minimum.milliseconds
-        let maximum = latency.maximum.milliseconds
+        let minimum = latency.minimum.wholeMilliseconds
+        let maximum = latency.maximum.wholeMilliseconds
         switch latency.distribution {
         case .uniform:
             return maximum > minimum ? minimum + Int64(rng.unit() * Double(maximum - minimum + 1)) : minimum
         case .exponential:
-            let value = minimum + Int64(-log(1 - rng.unit()) * Double(latency.mean.milliseconds))
+            let value = minimum + Int64(-log(1 - rng.unit()) * Double(latency.mean.wholeMilliseconds))
             return maximum > 0 ? min(value, maximum) : value
         }
     }
@@ -408,7 +408,7 @@ final class SimulatorState: Sendable {
             }
             if let limit = shared.faults.tokenRateLimit {
                 var window = shared.rateWindows[tokenHex] ?? (start: now, count: 0)
-                if now - window.start >= limit.window.milliseconds { window = (start: now, count: 0) }
+                if now - window.start >= limit.window.wholeMilliseconds { window = (start: now, count: 0) }
                 window.count += 1
                 shared.rateWindows[tokenHex] = window
                 if window.count > limit.maxPushes {

@@ -302,7 +302,7 @@ public final class Dispatcher: Sendable {
                     fields["retrying_for_s"] = "\(elapsed.components.seconds)"
                     logger.error("record stuck: still retrying", fields)
                 } else {
-                    fields["delay_ms"] = "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)"
+                    fields["delay_ms"] = "\(delay.wholeMilliseconds)"
                     logger.warning("retrying a record after a failure", fields)
                 }
                 engine.withLock { $0.workers[worker]?.retrying = true }

@@ -40,7 +40,7 @@ public struct SendLogRetention: Sendable {
     /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
     @discardableResult
     public func deleteExpired() async throws -> Int {
-        let milliseconds = retention.components.seconds * 1_000 + retention.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds = retention.wholeMilliseconds
         var deleted = 0
         while true {
             try Task.checkCancellation()

@@ -66,10 +66,3 @@ public struct KafkaProducerConfiguration: Sendable {
     }
 }
 
-extension Duration {
-    /// This duration in whole milliseconds, rounded down.
-    var wholeMilliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}

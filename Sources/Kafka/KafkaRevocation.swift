@@ -1,3 +1,4 @@
+import ServiceCore
 import Foundation
 
 /// A pending revocation of partitions from a `KafkaConsumer` (see `KafkaConsumerEvent.partitionsRevoked`).

@@ -34,8 +34,7 @@ public final class ManualWallClock: WallClock {
 
     /// Moves the clock forward by `duration` (rounded down to whole ms).
     public func advance(by duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        current.add(seconds * 1000 + attoseconds / 1_000_000_000_000_000, ordering: .relaxed)
+        current.add(duration.wholeMilliseconds, ordering: .relaxed)
     }
 
     /// Sets the clock to `milliseconds` since the epoch.

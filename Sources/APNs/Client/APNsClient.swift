@@ -388,7 +388,7 @@ public final class APNsClient: Sendable {
     /// True unless the notification's expiration passes before a retry after `delay`.
     private func fitsBeforeExpiration(_ request: APNsRequest, after delay: Duration) -> Bool {
         guard case .at(let seconds) = request.expiration else { return true }
-        return configuration.clock.nowMilliseconds() + delay.milliseconds < seconds * 1000
+        return configuration.clock.nowMilliseconds() + delay.wholeMilliseconds < seconds * 1000
     }
 
     private func record(_ response: APNsResponse) {

@@ -366,7 +366,7 @@ final class APNsConnectionPool: Sendable {
                 failures += 1
                 metrics.increment("connect_failures")
                 let delay = configuration.reconnectBackoff.delay(afterFailures: failures)
-                logger.warning("APNs connect failed", ["slot": "\(slot)", "error": "\(error)", "retry_in_ms": "\(delay.milliseconds)"])
+                logger.warning("APNs connect failed", ["slot": "\(slot)", "error": "\(error)", "retry_in_ms": "\(delay.wholeMilliseconds)"])
                 failWaitersIfNoConnection(error)
                 try? await Task.sleep(for: delay)
                 continue
@@ -531,10 +531,3 @@ private final class FirstResult: Sendable {
     }
 }
 
-extension Duration {
-    /// Whole milliseconds, rounded down.
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-}

@@ -1,0 +1,8 @@
+extension Duration {
+    /// This duration in whole milliseconds, rounded down (for protocol fields, logs and C APIs that
+    /// take milliseconds).
+    public var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}
