@@ -19,6 +19,7 @@ let package = Package(
         .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
         // Foundations.
         .target(name: "ServiceCore", dependencies: ["COpenSSL"]),
@@ -30,6 +31,8 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
         .target(name: "APNsSimulator", dependencies: ["APNs", "HTTP2", "ServiceCore"]),
+        // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
+        .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
         // Service logic, testable without the executables.
         .target(
@@ -42,15 +45,16 @@ let package = Package(
         // Executables: a few lines of main.swift each.
         .executableTarget(
             name: "registration-service",
-            dependencies: ["GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
+            dependencies: ["AdminHTTP", "GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
         .executableTarget(
-            name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
-        .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "ServiceCore"]),
+            name: "dispatcher", dependencies: ["AdminHTTP", "APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
+        .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
 
         // Tests (Swift Testing) against real parts. Python oracles live beside some of them.
         .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
+        .testTarget(name: "AdminHTTPTests", dependencies: ["AdminHTTP", "ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
         // Helpers shared by test targets: a real PostgreSQL per suite, running outside programs.

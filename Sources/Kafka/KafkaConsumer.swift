@@ -123,6 +123,18 @@ public final class KafkaConsumer: Sendable {
     /// The partitions assigned to this member right now.
     public var assignment: [KafkaTopicPartition] { core.assignment }
 
+    /// What the consumer's callbacks last reported (joined, poll age, last error, statistics with
+    /// per-partition `consumer_lag`), without any I/O. See `KafkaClientHealth`.
+    public var health: KafkaClientHealth { core.health }
+
+    /// Test hook: the poll thread stops returning from its loop for `duration` (as if
+    /// `rd_kafka_consumer_poll` hung), so that liveness probes can be shown to notice. Records stop
+    /// flowing meanwhile. Only for tests and the admin port's test hooks.
+    public func wedgePollThreadForTesting(for duration: Duration) {
+        let until = Heartbeat.monotonicNanoseconds() + UInt64(max(0, duration.wholeMilliseconds)) * 1_000_000
+        core.monitor.wedgedUntil.store(until, ordering: .relaxed)
+    }
+
     /// Records waiting in the `messages` buffer (for tests of the buffering bound).
     var bufferedCount: Int { core.bufferedCount }
 
@@ -194,6 +206,8 @@ final class ConsumerCore: Sendable {
     private let configuration: KafkaConsumerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
+    /// Errors, statistics and the poll thread's heartbeat (`kafka-consumer-poll`).
+    let monitor = KafkaClientMonitor(heartbeatName: "kafka-consumer-poll")
     /// Serializes pause and resume decisions with their `rd_kafka_pause_partitions`/`_resume_` calls
     /// (which wait for a librdkafka thread); readers never take it, so they are not held up meanwhile.
     private let pauseOrder = Mutex(())
@@ -206,16 +220,39 @@ final class ConsumerCore: Sendable {
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
         self.logger = logger
+        let monitor = self.monitor
         let context = RDKafkaContext(
             logger: logger,
-            onError: { [logger] error in logger.warning("consumer error", ["error": "\(error)"]) },
-            onRebalance: { [weak self] rebalance in self?.rebalanced(rebalance) ?? false })
-        let client = try RDKafkaConsumerClient(properties: configuration.properties, context: context)
-        try client.subscribe(configuration.topics)
+            onError: { [logger] error in
+                monitor.recordError(error, fatal: error.isFatal)
+                logger.warning("consumer error", ["error": "\(error)"])
+            },
+            onRebalance: { [weak self] rebalance in self?.rebalanced(rebalance) ?? false },
+            onStatistics: { json in monitor.recordStatistics(json) })
+        let client: RDKafkaConsumerClient
+        do {
+            client = try RDKafkaConsumerClient(properties: configuration.properties, context: context)
+            try client.subscribe(configuration.topics)
+        } catch {
+            Heartbeats.shared.remove(monitor.heartbeat)
+            throw error
+        }
         state.withLock { $0.client = client }
     }
 
     deinit { commitThread.shutdown() }
+
+    var health: KafkaClientHealth {
+        let assigned = state.withLock { $0.partitions.assignment.count }
+        var health = monitor.snapshot(joined: monitor.joined.load(ordering: .acquiring), assignedPartitions: assigned)
+        // Lag of partitions this member no longer owns is not its lag.
+        if var statistics = health.statistics {
+            let owned = Set(state.withLock { $0.partitions.assignment })
+            statistics.consumerLag = statistics.consumerLag.filter { owned.contains($0.key) }
+            health.statistics = statistics
+        }
+        return health
+    }
 
     func startPollThread() {
         let thread = Thread { [self] in pollLoop() }
@@ -233,7 +270,10 @@ final class ConsumerCore: Sendable {
     private func pollLoop() {
         let high = max(1, configuration.maxBufferedMessages)
         let low = high / 2
+        defer { Heartbeats.shared.remove(monitor.heartbeat) }
         while true {
+            monitor.heartbeat.beat()
+            monitor.waitWhileWedged()
             let (client, closing, full, paused) = state.withLock { s in (s.client, s.closing, s.bufferedCount >= high, s.partitions.bufferPaused) }
             guard let client, !closing else { break }
             if full, !paused {
@@ -313,6 +353,7 @@ final class ConsumerCore: Sendable {
     /// (the buffer is full). Revoked: returns whether some of them were paused (to be resumed once
     /// unassigned, as librdkafka keeps the flag).
     private func rebalanced(_ rebalance: RDKafkaRebalance) -> Bool {
+        if rebalance.kind == .assigned { monitor.joined.store(true, ordering: .releasing) }
         if rebalance.partitions.isEmpty {
             // Cooperative rounds often hand out nothing: no event.
             return false

@@ -101,6 +101,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// whole group's rebalance waits for this member meanwhile, so the application should finish in
     /// well under a second (drop queued work, wait only for what is in progress, store, finish).
     public var revocationTimeout: Duration = .seconds(10)
+    /// How often librdkafka reports statistics (`statistics.interval.ms`), from which `health` reads
+    /// broker connection states and, for a consumer, each partition's `consumer_lag`, without a broker query. Default 5 s; nil turns statistics off.
+    public var statisticsInterval: Duration? = .seconds(5)
     /// Any other librdkafka property, applied last (so it overrides the fields above).
     public var additionalProperties: [String: String] = [:]
 
@@ -137,6 +140,7 @@ public struct KafkaConsumerConfiguration: Sendable {
             list.append(("auto.commit.interval.ms", String(max(1, interval.wholeMilliseconds))))
         }
         if let groupInstanceID { list.append(("group.instance.id", groupInstanceID)) }
+        if let statisticsInterval { list.append(("statistics.interval.ms", String(max(1, statisticsInterval.wholeMilliseconds)))) }
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
         return list
     }

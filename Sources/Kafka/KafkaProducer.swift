@@ -53,6 +53,10 @@ public final class KafkaProducer: Sendable {
         try await send(topic: topic, key: Array(key.utf8), value: value, headers: headers)
     }
 
+    /// What the producer's callbacks last reported (poll age, last error, broker states from the
+    /// statistics), without any I/O. See `KafkaClientHealth`.
+    public var health: KafkaClientHealth { core.health }
+
     /// Waits until every record sent so far was acknowledged (or failed).
     /// - Throws: `KafkaError` with code `timedOut` when records are still pending after `timeout`.
     public func flush(timeout: Duration) async throws {
@@ -118,11 +122,19 @@ final class ProducerCore: Sendable {
     private let configuration: KafkaProducerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
+    /// Errors, statistics and the poll thread's heartbeat (`kafka-producer-poll`).
+    let monitor = KafkaClientMonitor(heartbeatName: "kafka-producer-poll")
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
         self.logger = logger
-        let client = try makeClient(generation: 0)
+        let client: RDKafkaProducerClient
+        do {
+            client = try makeClient(generation: 0)
+        } catch {
+            Heartbeats.shared.remove(monitor.heartbeat)
+            throw error
+        }
         state.withLock { s in
             s.maxMessageBytes = client.maxMessageBytes
             s.client = client
@@ -136,7 +148,8 @@ final class ProducerCore: Sendable {
         let context = RDKafkaContext(
             logger: logger.with(["generation": String(generation)]),
             onDelivery: { [weak self] id, result in self?.delivered(generation: generation, id: id, result: result) },
-            onError: { [weak self] error in self?.clientError(generation: generation, error: error) })
+            onError: { [weak self] error in self?.clientError(generation: generation, error: error) },
+            onStatistics: { [monitor] json in monitor.recordStatistics(json) })
         return try RDKafkaProducerClient(properties: configuration.properties, generation: generation, context: context)
     }
 
@@ -147,6 +160,7 @@ final class ProducerCore: Sendable {
     }
 
     var pendingCount: Int { state.withLock { $0.pending.count } }
+    var health: KafkaClientHealth { monitor.snapshot(joined: true, assignedPartitions: 0) }
     var recoveries: Int { state.withLock { $0.recoveries } }
 
     func raiseFatalErrorForTesting(reason: String) {
@@ -223,6 +237,8 @@ final class ProducerCore: Sendable {
 
     /// `error_cb` (poll thread).
     private func clientError(generation: Int, error: KafkaError) {
+        // A fatal error is recovered from by replacing the instance, unless recovery is off.
+        monitor.recordError(error, fatal: error.isFatal && !configuration.recoverFromFatalErrors)
         if error.code == .fatal {
             logger.error("producer fatal error", ["error": error.message, "generation": String(generation)])
             state.withLock { s in
@@ -236,7 +252,9 @@ final class ProducerCore: Sendable {
     // MARK: Poll thread
 
     private func pollLoop() {
+        defer { Heartbeats.shared.remove(monitor.heartbeat) }
         while true {
+            monitor.heartbeat.beat()
             let (client, stopping, hasBacklog, fatal) = state.withLock { s in (s.client, s.stopping, !s.backlog.isEmpty, s.fatal) }
             if stopping { break }
             if let fatal {

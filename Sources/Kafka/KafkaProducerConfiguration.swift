@@ -40,6 +40,9 @@ public struct KafkaProducerConfiguration: Sendable {
     /// (`RD_KAFKA_RESP_ERR__FATAL`, e.g. the idempotent producer's sequence desynchronisation in
     /// librdkafka 2.0.2). Default `true`. When `false`, pending sends fail with a fatal `KafkaError`.
     public var recoverFromFatalErrors: Bool = true
+    /// How often librdkafka reports statistics (`statistics.interval.ms`), from which `health` reads
+    /// broker connection states, without a broker query. Default 5 s; nil turns statistics off.
+    public var statisticsInterval: Duration? = .seconds(5)
     /// Any other librdkafka property, applied last (so it overrides the fields above).
     public var additionalProperties: [String: String] = [:]
 
@@ -61,6 +64,7 @@ public struct KafkaProducerConfiguration: Sendable {
             ("queue.buffering.max.messages", String(maxQueuedMessages)),
             ("message.max.bytes", String(maxMessageBytes)),
         ]
+        if let statisticsInterval { list.append(("statistics.interval.ms", String(max(1, statisticsInterval.wholeMilliseconds)))) }
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
         return list
     }

@@ -1,12 +1,30 @@
 import Foundation
 import Synchronization
 
-/// A structured logger that writes one logfmt line per record to standard error.
+/// A structured logger that writes one line per record to standard error, as logfmt (the default)
+/// or as one JSON object per line (`LOG_FORMAT=json`).
 ///
-/// Shape of a line: `ts=2026-11-30T15:09:02.123Z level=info logger=dispatcher msg="…" key=value…`.
+/// logfmt: `ts=2026-11-30T15:09:02.123Z level=info logger=dispatcher msg="…" key=value…`; values are
+/// quoted when they contain spaces, quotes or `=`.
+/// JSON: `{"ts":"2026-11-30T15:09:02.123Z","level":"info","logger":"dispatcher","msg":"…","key":"value"}`;
+/// every value is a JSON string, metadata keys in sorted order.
 /// Each line is written with a single `write(2)`, so lines from several threads never interleave.
-/// Values are quoted when they contain spaces, quotes or `=`; secrets must never be passed as metadata.
+///
+/// Secrets must never be passed as metadata. As a last defence, a message or value that contains a
+/// PEM block (`-----BEGIN`) or a JWT-shaped run (`eyJ…` with two dots) is replaced by `[redacted]`.
+/// Device tokens are logged shortened, through `Logger.shortened(token:)`.
 public struct Logger: Sendable {
+    /// How records are written.
+    public enum Format: String, Sendable {
+        /// `key=value` pairs (logfmt).
+        case logfmt
+        /// One JSON object per line.
+        case json
+
+        /// Parses `logfmt` or `json` (any case).
+        public init?(name: String) { self.init(rawValue: name.lowercased()) }
+    }
+
     /// Severity of a record, lowest first.
     public enum Level: Int, Sendable, Comparable, CustomStringConvertible {
         case trace, debug, info, notice, warning, error, critical
@@ -42,16 +60,25 @@ public struct Logger: Sendable {
     public var logLevel: Level
     /// Metadata added to every record of this logger.
     public var metadata: Metadata
+    /// The line format; defaults to the `LOG_FORMAT` environment variable (`logfmt` or `json`), else logfmt.
+    public var format: Format
 
     /// Creates a logger.
     /// - Parameters:
     ///   - label: the component name, such as `dispatcher.kafka`.
     ///   - logLevel: the lowest level written; defaults to the `LOG_LEVEL` environment variable, else `info`.
-    public init(label: String, logLevel: Level? = nil, metadata: Metadata = [:]) {
+    ///   - format: the line format; defaults to the `LOG_FORMAT` environment variable, else logfmt.
+    public init(label: String, logLevel: Level? = nil, metadata: Metadata = [:], format: Format? = nil) {
         self.label = label
         self.logLevel = logLevel ?? Logger.defaultLevel
         self.metadata = metadata
+        self.format = format ?? Logger.defaultFormat
     }
+
+    private static let defaultFormat: Format = {
+        if let name = ProcessInfo.processInfo.environment["LOG_FORMAT"], let format = Format(name: name) { return format }
+        return .logfmt
+    }()
 
     private static let defaultLevel: Level = {
         if let name = ProcessInfo.processInfo.environment["LOG_LEVEL"], let level = Level(name: name) { return level }
@@ -68,13 +95,79 @@ public struct Logger: Sendable {
     /// Writes a record at `level` when `level >= logLevel`.
     public func log(_ level: Level, _ message: @autoclosure () -> String, _ metadata: Metadata = [:]) {
         guard level >= logLevel else { return }
-        var line = "ts=\(Logger.timestamp()) level=\(level) logger=\(Logger.quote(label)) msg=\(Logger.quote(message()))"
+        Logger.sink.write(line(level, message(), metadata, timestamp: Logger.timestamp()))
+    }
+
+    /// The line `log` writes for a record (with its trailing newline), in this logger's format.
+    /// - Parameters:
+    ///   - level: the record's level.
+    ///   - message: the message.
+    ///   - metadata: the record's metadata, merged over the logger's.
+    ///   - timestamp: the `ts` field (RFC 3339, UTC, milliseconds).
+    public func line(_ level: Level, _ message: String, _ metadata: Metadata = [:], timestamp: String) -> String {
         let merged = self.metadata.merging(metadata) { _, new in new }
-        for key in merged.keys.sorted() {
-            line += " \(key)=\(Logger.quote(merged[key]!))"
+        let keys = merged.keys.sorted()
+        switch format {
+        case .logfmt:
+            var line = "ts=\(timestamp) level=\(level) logger=\(Logger.quote(label)) msg=\(Logger.quote(Logger.scrubbed(message)))"
+            for key in keys {
+                line += " \(key)=\(Logger.quote(Logger.scrubbed(merged[key]!)))"
+            }
+            return line + "\n"
+        case .json:
+            var line = "{\"ts\":\(Logger.jsonString(timestamp)),\"level\":\"\(level)\",\"logger\":\(Logger.jsonString(label))"
+            line += ",\"msg\":\(Logger.jsonString(Logger.scrubbed(message)))"
+            for key in keys where !["ts", "level", "logger", "msg"].contains(key) {
+                line += ",\(Logger.jsonString(key)):\(Logger.jsonString(Logger.scrubbed(merged[key]!)))"
+            }
+            return line + "}\n"
         }
-        line += "\n"
-        Logger.sink.write(line)
+    }
+
+    /// A device token shortened for logs: its first 8 and last 4 characters around `...`
+    /// (`a1b2c3d4...9f0e`). Short values (16 characters or fewer) become `...` with their length,
+    /// so that no whole token is ever logged. Every log line that names a device token uses this.
+    public static func shortened(token: String) -> String {
+        guard token.count > 16 else { return "...(\(token.count))" }
+        return "\(token.prefix(8))...\(token.suffix(4))"
+    }
+
+    /// `value`, or `[redacted]` when it contains a PEM block or something shaped like a JWT
+    /// (three base64url parts, the first starting with `eyJ`, i.e. `{"`). Cheap for ordinary values:
+    /// two substring searches.
+    static func scrubbed(_ value: String) -> String {
+        if value.contains("-----BEGIN") { return "[redacted]" }
+        guard let start = value.range(of: "eyJ") else { return value }
+        var dots = 0
+        for ch in value[start.lowerBound...] {
+            if ch == "." {
+                dots += 1
+                if dots == 2 { return "[redacted]" }
+            } else if !(ch.isASCII && (ch.isLetter || ch.isNumber || ch == "-" || ch == "_")) {
+                break
+            }
+        }
+        return value
+    }
+
+    /// `value` as a JSON string literal (RFC 8259 §7): quotes, backslashes and control characters escaped.
+    static func jsonString(_ value: String) -> String {
+        var out = "\""
+        out.reserveCapacity(value.utf8.count + 2)
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7f:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 
     public func trace(_ message: @autoclosure () -> String, _ metadata: Metadata = [:]) { log(.trace, message(), metadata) }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import ServiceCore
 internal import CNghttp2  // its shim also exports <sys/epoll.h> and <sys/eventfd.h>
 
 /// Something registered with an `EventLoop` for readiness of one file descriptor.
@@ -38,6 +39,11 @@ final class EventLoop: @unchecked Sendable {
     private var deferred: [() -> Void] = []
     /// One receive buffer shared by every connection of this loop (only one reads at a time).
     let readBuffer: UnsafeMutableRawBufferPointer
+    /// Refreshed every iteration; an idle loop still comes round every `heartbeatInterval`. Read by
+    /// `/healthz` (registered with `Heartbeats.shared` until the loop stops).
+    private let heartbeat: Heartbeat
+    /// The longest `epoll_wait` of an idle loop, in milliseconds.
+    static let heartbeatIntervalMilliseconds: Int32 = 5_000
 
     init(name: String) throws(HTTP2Error) {
         self.name = name
@@ -50,6 +56,7 @@ final class EventLoop: @unchecked Sendable {
         }
         epollFD = ep
         wakeFD = wake
+        heartbeat = Heartbeats.shared.register(name)
         readBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
         var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(fd: wake))
         epoll_ctl(ep, EPOLL_CTL_ADD, wake, &event)
@@ -146,11 +153,12 @@ final class EventLoop: @unchecked Sendable {
             let timeout: Int32
             if let next = timers.nextDeadline {
                 let now = monotonicNanos()
-                timeout = next <= now ? 0 : Int32(min((next - now + 999_999) / 1_000_000, 60_000))
+                timeout = next <= now ? 0 : Int32(min((next - now + 999_999) / 1_000_000, UInt64(Self.heartbeatIntervalMilliseconds)))
             } else {
-                timeout = -1
+                timeout = Self.heartbeatIntervalMilliseconds
             }
             let count = epoll_wait(epollFD, events, Int32(capacity), timeout)
+            heartbeat.beat()
             if count > 0 {
                 for i in 0..<Int(count) {
                     let fd = events[i].data.fd
@@ -185,6 +193,7 @@ final class EventLoop: @unchecked Sendable {
             }
             drainDeferredAndFlushes()
             if stopped {
+                Heartbeats.shared.remove(heartbeat)
                 handlers.removeAll()
                 timers = TimerHeap()
                 return

@@ -17,6 +17,9 @@ final class RDKafkaContext: Sendable {
     /// application). Assigned: returns whether the new partitions must be paused right away. Revoked:
     /// returns whether some of them were paused (their pause flag is cleared after the unassignment).
     let onRebalance: (@Sendable (RDKafkaRebalance) -> Bool)?
+    /// Any client: a statistics document from `stats_cb` (every `statistics.interval.ms`), on the
+    /// polling thread; the bytes are valid only during the call.
+    let onStatistics: (@Sendable (UnsafeRawBufferPointer) -> Void)?
     /// Consumer: set once librdkafka handed this member an assignment (possibly empty).
     let sawAssignment = Atomic<Bool>(false)
 
@@ -24,9 +27,11 @@ final class RDKafkaContext: Sendable {
         logger: Logger,
         onDelivery: (@Sendable (UInt64, Result<(KafkaPartition, KafkaOffset), KafkaError>) -> Void)? = nil,
         onError: (@Sendable (KafkaError) -> Void)? = nil,
-        onRebalance: (@Sendable (RDKafkaRebalance) -> Bool)? = nil
+        onRebalance: (@Sendable (RDKafkaRebalance) -> Bool)? = nil,
+        onStatistics: (@Sendable (UnsafeRawBufferPointer) -> Void)? = nil
     ) {
         self.logger = logger
+        self.onStatistics = onStatistics
         self.onDelivery = onDelivery
         self.onError = onError
         self.onRebalance = onRebalance
@@ -66,6 +71,7 @@ enum RDKafkaConfig {
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())
         rd_kafka_conf_set_log_cb(conf, rdKafkaLogCallback)
         rd_kafka_conf_set_error_cb(conf, rdKafkaErrorCallback)
+        if context.onStatistics != nil { rd_kafka_conf_set_stats_cb(conf, rdKafkaStatisticsCallback) }
         return conf
     }
 
@@ -105,6 +111,14 @@ private func rdKafkaErrorCallback(_ rk: OpaquePointer?, _ err: Int32, _ reason: 
     let code = KafkaError.Code(rawValue: err)
     let message = reason.map { String(cString: $0) } ?? code.name
     context.onError?(KafkaError(code: code, message: message))
+}
+
+/// `stats_cb`: librdkafka's statistics JSON (STATISTICS.md), served by the polling call. Returns 0:
+/// librdkafka frees the buffer after the call.
+private func rdKafkaStatisticsCallback(_ rk: OpaquePointer?, _ json: UnsafeMutablePointer<CChar>?, _ length: Int, _ opaque: UnsafeMutableRawPointer?) -> Int32 {
+    guard let json, let context = RDKafkaContext.from(opaque) else { return 0 }
+    context.onStatistics?(UnsafeRawBufferPointer(start: json, count: length))
+    return 0
 }
 
 extension String {

@@ -1,0 +1,129 @@
+internal import CMicroHTTPD
+import ServiceCore
+import Synchronization
+
+/// The HTTP/1.1 admin port every executable serves (`PUSH_ADMIN_PORT`), for Prometheus and for the
+/// probes of container orchestrators, which speak HTTP/1.1 while the project's own server speaks only
+/// HTTP/2:
+///
+/// - `GET /metrics`: `AdminEndpoints.metrics` (Prometheus text format 0.0.4,
+///   `content-type: text/plain; version=0.0.4; charset=utf-8`).
+/// - `GET /healthz`: `AdminEndpoints.liveness`, 200 when passing, else 503; body `ProbeReport.text`.
+/// - `GET /readyz`: `AdminEndpoints.readiness`, the same way.
+/// - `POST /debug/<name>?…`: the test hook `<name>` when `AdminEndpoints.testHooks` has it (only when
+///   the executable enabled them), else 404.
+///
+/// Built on libmicrohttpd (Debian's libmicrohttpd12) with its own polling thread
+/// (`MHD_USE_INTERNAL_POLLING_THREAD`), a connection limit (`MHD_OPTION_CONNECTION_LIMIT`) and an idle
+/// connection timeout (`MHD_OPTION_CONNECTION_TIMEOUT`). Requests are answered on that thread: the
+/// endpoints must read state synchronously and quickly (locks, atomics), never wait on Swift tasks
+/// and never do I/O. `HEAD` is answered like `GET` without a body.
+public final class AdminServer: Sendable {
+    /// Where and how the admin port listens.
+    public struct Configuration: Sendable {
+        /// IPv4 address to bind. Default `0.0.0.0` (probes come from outside the container).
+        public var host: String = "0.0.0.0"
+        /// TCP port; 0 lets the kernel pick one (read it from `AdminServer.port`).
+        public var port: Int
+        /// Most connections open at once; later ones are refused. Default 64.
+        public var connectionLimit: Int = 64
+        /// An idle connection is closed after this long. Default 10 s.
+        public var connectionTimeout: Duration = .seconds(10)
+
+        /// - Parameter port: see the property.
+        public init(port: Int) { self.port = port }
+    }
+
+    /// The port the server listens on.
+    public let port: Int
+    private let daemon: DaemonHandle
+    private let context: Unmanaged<RequestContext>
+
+    private init(port: Int, daemon: DaemonHandle, context: Unmanaged<RequestContext>) {
+        self.port = port
+        self.daemon = daemon
+        self.context = context
+    }
+
+    deinit {
+        stop()
+        // The daemon's thread has ended (MHD_stop_daemon joins it): no callback can reach the context.
+        context.release()
+    }
+
+    /// Starts listening.
+    /// - Throws: `AdminServerError` when the port is out of range, the address is not IPv4 dotted
+    ///   form, or libmicrohttpd cannot bind (address in use).
+    public static func start(configuration: Configuration, endpoints: AdminEndpoints) throws(AdminServerError) -> AdminServer {
+        guard (0...65535).contains(configuration.port) else {
+            throw AdminServerError("admin port \(configuration.port) is outside 0…65535")
+        }
+        let context = Unmanaged.passRetained(RequestContext(endpoints: endpoints))
+        let timeout = UInt32(clamping: max(1, configuration.connectionTimeout.wholeMilliseconds / 1000))
+        guard let daemon = push_mhd_start(
+            configuration.host, UInt16(configuration.port), UInt32(clamping: max(1, configuration.connectionLimit)), timeout,
+            adminAccessHandler, context.toOpaque())
+        else {
+            context.release()
+            throw AdminServerError("cannot listen on \(configuration.host):\(configuration.port) (address in use or not an IPv4 address)")
+        }
+        let port = Int(push_mhd_bound_port(daemon))
+        return AdminServer(port: port == 0 ? configuration.port : port, daemon: DaemonHandle(daemon), context: context)
+    }
+
+    /// Stops listening and closes connections (`MHD_stop_daemon`, which waits for its thread).
+    /// Idempotent.
+    public func stop() {
+        daemon.stop()
+    }
+}
+
+/// The `MHD_Daemon` pointer, stopped once. `@unchecked Sendable`: the pointer is only passed to
+/// `MHD_stop_daemon`, once, under the lock; libmicrohttpd's internal thread owns the daemon otherwise.
+private final class DaemonHandle: @unchecked Sendable {
+    private let daemon: OpaquePointer
+    private let stopped = Atomic<Bool>(false)
+
+    init(_ daemon: OpaquePointer) { self.daemon = daemon }
+
+    func stop() {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        MHD_stop_daemon(daemon)
+    }
+}
+
+/// What the access handler reaches through its unretained context pointer; retained by the server
+/// (`AdminServer.context`) until the daemon stopped.
+private final class RequestContext: Sendable {
+    let endpoints: AdminEndpoints
+    init(endpoints: AdminEndpoints) { self.endpoints = endpoints }
+}
+
+/// `MHD_NO`: libmicrohttpd's closed C enums import as Swift enums whose case names vary with the
+/// importer; their raw values are fixed by the header.
+private let mhdNo = MHD_Result(rawValue: 0)!
+
+/// `MHD_AccessHandlerCallback`, on libmicrohttpd's polling thread: answers the request on its first
+/// call (a request body, if any, is discarded).
+private func adminAccessHandler(
+    _ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?, _ method: UnsafePointer<CChar>?,
+    _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?, _ uploadDataSize: UnsafeMutablePointer<Int>?,
+    _ connectionContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+) -> MHD_Result {
+    guard let cls, let connection, let url, let method else { return mhdNo }
+    let context = Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
+    let methodName = String(cString: method)
+    let path = String(cString: url)
+    let response = context.endpoints.respond(method: methodName, path: path) { name in
+        MHD_lookup_connection_value(connection, MHD_ValueKind(rawValue: 8)!  /* MHD_GET_ARGUMENT_KIND */, name).map { String(cString: $0) }
+    }
+    var body = methodName == "HEAD" ? [] : Array(response.body.utf8)
+    let mhdResponse = body.withUnsafeMutableBytes { bytes in
+        MHD_create_response_from_buffer(bytes.count, bytes.baseAddress, MHD_ResponseMemoryMode(rawValue: 2)!  /* MHD_RESPMEM_MUST_COPY */)
+    }
+    guard let mhdResponse else { return mhdNo }
+    defer { MHD_destroy_response(mhdResponse) }
+    MHD_add_response_header(mhdResponse, "Content-Type", response.contentType)
+    MHD_add_response_header(mhdResponse, "Cache-Control", "no-store")
+    return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
+}

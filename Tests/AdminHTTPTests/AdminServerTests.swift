@@ -1,0 +1,174 @@
+import AdminHTTP
+import Foundation
+import ServiceCore
+import Synchronization
+import Testing
+
+/// The admin port over real HTTP/1.1 on loopback (libmicrohttpd), spoken to through plain sockets.
+@Suite struct AdminServerTests {
+    static func endpoints(ready: Bool = true, hooks: [String: @Sendable ((String) -> String?) -> AdminResponse] = [:]) -> AdminEndpoints {
+        AdminEndpoints(
+            metrics: { "# TYPE push_x_total counter\npush_x_total 3\n" },
+            liveness: { ProbeReport(checks: [.init("heartbeat test", .ok, "came round 0.0 s ago")]) },
+            readiness: {
+                ProbeReport(checks: [
+                    .init("postgres", ready ? .ok : .failing, ready ? "last check 1.0 s ago took 1 ms" : "last check failed 1.0 s ago: refused"),
+                    .init("apns", .info, "2 provider-token faults (not a readiness condition)"),
+                ])
+            },
+            testHooks: hooks)
+    }
+
+    static func start(_ endpoints: AdminEndpoints, limit: Int = 64) throws -> AdminServer {
+        var configuration = AdminServer.Configuration(port: 0)
+        configuration.host = "127.0.0.1"
+        configuration.connectionLimit = limit
+        return try AdminServer.start(configuration: configuration, endpoints: endpoints)
+    }
+
+    @Test func metricsAreServedInPrometheusTextFormat() throws {
+        let server = try Self.start(Self.endpoints())
+        defer { server.stop() }
+        let response = try HTTP1.request("GET", "/metrics", port: server.port)
+        #expect(response.status == 200)
+        #expect(response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8")
+        #expect(response.body == "# TYPE push_x_total counter\npush_x_total 3\n")
+    }
+
+    @Test func probesAnswer200Or503WithTheirReasons() throws {
+        let ready = try Self.start(Self.endpoints(ready: true))
+        defer { ready.stop() }
+        let notReady = try Self.start(Self.endpoints(ready: false))
+        defer { notReady.stop() }
+        let good = try HTTP1.request("GET", "/readyz", port: ready.port)
+        #expect(good.status == 200)
+        #expect(good.body.hasPrefix("ok\nok postgres: "))
+        #expect(good.body.contains("info apns: 2 provider-token faults"))
+        let bad = try HTTP1.request("GET", "/readyz", port: notReady.port)
+        #expect(bad.status == 503)
+        #expect(bad.body.hasPrefix("failing\nfailing postgres: last check failed"))
+        let live = try HTTP1.request("GET", "/healthz", port: notReady.port)
+        #expect(live.status == 200)
+        #expect(live.body == "ok\nok heartbeat test: came round 0.0 s ago\n")
+    }
+
+    @Test func headHasNoBodyAndUnknownPathsAndMethodsAreRefused() throws {
+        let server = try Self.start(Self.endpoints())
+        defer { server.stop() }
+        let head = try HTTP1.request("HEAD", "/metrics", port: server.port)
+        #expect(head.status == 200)
+        #expect(head.body.isEmpty)
+        #expect(try HTTP1.request("GET", "/nothing", port: server.port).status == 404)
+        #expect(try HTTP1.request("POST", "/metrics", port: server.port).status == 405)
+        // Test hooks exist only when given.
+        #expect(try HTTP1.request("POST", "/debug/wedge-kafka-poll?seconds=1", port: server.port).status == 404)
+    }
+
+    @Test func testHooksReceiveTheirQueryParameters() throws {
+        let seen = Mutex<String?>(nil)
+        let server = try Self.start(Self.endpoints(hooks: [
+            "wedge": { query in
+                seen.withLock { $0 = query("seconds") }
+                return AdminResponse(status: 202, body: "wedged\n")
+            },
+        ]))
+        defer { server.stop() }
+        #expect(try HTTP1.request("GET", "/debug/wedge?seconds=7", port: server.port).status == 405)
+        let response = try HTTP1.request("POST", "/debug/wedge?seconds=7", port: server.port)
+        #expect(response.status == 202)
+        #expect(seen.withLock { $0 } == "7")
+    }
+
+    @Test func connectionsBeyondTheLimitAreRefused() throws {
+        let server = try Self.start(Self.endpoints(), limit: 2)
+        defer { server.stop() }
+        // Two idle connections take the whole allowance; a third is closed without an answer.
+        let first = try HTTP1.connect(port: server.port)
+        defer { close(first) }
+        let second = try HTTP1.connect(port: server.port)
+        defer { close(second) }
+        // Wait until the server accepted both (a request on a third connection gets no answer).
+        let deadline = Date().addingTimeInterval(10)
+        var refused = false
+        while Date() < deadline {
+            if (try? HTTP1.request("GET", "/metrics", port: server.port)) == nil { refused = true; break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(refused)
+        close(first)
+        close(second)
+        // Once they are gone, requests are served again.
+        var served = false
+        let again = Date().addingTimeInterval(10)
+        while Date() < again {
+            if (try? HTTP1.request("GET", "/metrics", port: server.port))?.status == 200 { served = true; break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(served)
+    }
+
+    @Test func aTakenPortIsAClearError() throws {
+        let server = try Self.start(Self.endpoints())
+        defer { server.stop() }
+        var configuration = AdminServer.Configuration(port: server.port)
+        configuration.host = "127.0.0.1"
+        #expect(throws: AdminServerError.self) { try AdminServer.start(configuration: configuration, endpoints: Self.endpoints()) }
+        #expect(throws: AdminServerError.self) { try AdminServer.start(configuration: .init(port: 70000), endpoints: Self.endpoints()) }
+    }
+}
+
+/// A minimal HTTP/1.1 client over a blocking socket (`Connection: close`, whole response read).
+enum HTTP1 {
+    struct Response {
+        var status: Int
+        var headers: [String: String]
+        var body: String
+    }
+
+    struct Failure: Error { let what: String }
+
+    static func connect(port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failure(what: "socket") }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            close(fd)
+            throw Failure(what: "connect")
+        }
+        return fd
+    }
+
+    static func request(_ method: String, _ path: String, port: Int) throws -> Response {
+        let fd = try connect(port: port)
+        defer { close(fd) }
+        let text = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        _ = text.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            data += buffer[0..<count]
+        }
+        let all = String(decoding: data, as: UTF8.self)
+        guard let split = all.range(of: "\r\n\r\n") else { throw Failure(what: "no response") }
+        let lines = all[..<split.lowerBound].components(separatedBy: "\r\n")
+        guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/1.1 "), let status = Int(statusLine.dropFirst(9).prefix(3)) else {
+            throw Failure(what: "bad status line")
+        }
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return Response(status: status, headers: headers, body: String(all[split.upperBound...]))
+    }
+}
