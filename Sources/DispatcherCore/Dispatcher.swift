@@ -23,6 +23,8 @@ public final class Dispatcher: Sendable {
     private let producer: KafkaProducer
     private let clock: any WallClock
     private let logger: Logger
+    private let monitor: DispatcherMonitor
+    private let metrics = DispatcherMetrics.shared
     private let engine = Mutex(EngineState())
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
@@ -65,8 +67,10 @@ public final class Dispatcher: Sendable {
     }
 
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
-                producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher")) {
+                producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher"),
+                monitor: DispatcherMonitor = DispatcherMonitor()) {
         self.configuration = configuration
+        self.monitor = monitor
         self.store = store
         self.clock = clock
         self.logger = logger
@@ -76,7 +80,7 @@ public final class Dispatcher: Sendable {
             maxRecordBytes: min(configuration.deadLetterMaxBytes, producer.maxMessageBytes), logger: logger)
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
-            clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications)
+            clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor)
     }
 
     /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
@@ -97,6 +101,8 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
+        monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
+        monitor.readiness.setPhase(.running)
         logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
 
         let intake = Task { await self.intake(consumer) }
@@ -106,6 +112,7 @@ public final class Dispatcher: Sendable {
         }
         defer { retention?.cancel() }
         await shutdown.wait()
+        monitor.readiness.setPhase(.stopping)
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
@@ -129,8 +136,20 @@ public final class Dispatcher: Sendable {
             }
         }
         await consumer.close()
+        monitor.detachConsumer()
         rebalances.cancel()
         logger.info("dispatcher stopped")
+    }
+
+    /// The engine's queues, for the scrape-time gauges.
+    private func engineSnapshot() -> DispatcherMonitor.EngineSnapshot {
+        engine.withLock { state in
+            var snapshot = DispatcherMonitor.EngineSnapshot()
+            snapshot.recordsInFlight = state.pending
+            snapshot.pendingRetries = state.workers.values.filter(\.retrying).count
+            for (partition, slot) in state.slots { snapshot.uncommitted[partition] = slot.scheduler.tracker.uncommitted }
+            return snapshot
+        }
     }
 
     // MARK: Intake
@@ -431,51 +450,70 @@ public final class Dispatcher: Sendable {
             } catch {
                 logger.warning("token event rejected", ["error": "\(error)", "partition": "\(message.topicPartition)", "offset": "\(message.offset)"])
                 try await feedback.deadLetter(message, error: "invalid TokenEvent: \(error)", rejectedBy: "dispatcher")
+                metrics.deadLetters.increment(labels: ["invalid_token_event"])
             }
         }
         guard !events.isEmpty else { return }
         do {
             try await store.apply(events.map(\.1))
+            metrics.tokenEventsApplied.increment(by: Double(events.count))
         } catch let error as PostgresError where error.isCausedByTheData {
             // One event of the batch is refused for its content: apply them one by one, so that only
             // that one goes to the dead-letter topic.
             for (message, event) in events {
                 do {
                     try await store.apply(event)
+                    metrics.tokenEventsApplied.increment()
                 } catch let error as PostgresError where error.isCausedByTheData {
                     logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
                     try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
+                    metrics.deadLetters.increment(labels: ["refused_by_postgres"])
                 }
             }
         }
     }
 
     private func handleSendRequest(_ message: KafkaMessage, shouldStop: @escaping @Sendable () -> Bool) async throws {
-        let request: SendRequest
+        var request: SendRequest
+        let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
             request = try SendRequestDecoder.decode(message)
         } catch {
+            let trace = TraceParent.resolve([headerTrace]).trace
             logger.warning("send request rejected", [
                 "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
-                "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
+                "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "", "trace_id": trace.traceID,
             ])
             try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+            metrics.deadLetters.increment(labels: ["invalid_send_request"])
             // Tell the producer too: its request finishes visibly, with the reason.
             if let key = message.key, !key.isEmpty {
                 var completed = RequestCompleted()
                 completed.requestID = String(decoding: key, as: UTF8.self)
                 completed.error = error.description
                 completed.completedAtMs = clock.nowMilliseconds()
-                try await feedback.publish(feedback.event(.requestCompleted(completed)), key: completed.requestID)
+                try await feedback.publish(feedback.event(.requestCompleted(completed), traceParent: trace.text), key: completed.requestID)
             }
             return
+        }
+        // docs/observability.md "Trace context": the record's traceparent header, else the request's
+        // trace_parent field, else a new trace; every record this request causes carries the result.
+        let (trace, generated) = TraceParent.resolve([headerTrace, request.traceParent])
+        if generated || request.traceParent != trace.text {
+            if !request.traceParent.isEmpty, TraceParent(request.traceParent) == nil {
+                logger.debug("invalid trace_parent ignored", ["request_id": request.requestID, "trace_parent": String(request.traceParent.prefix(64))])
+            }
+            request.traceParent = trace.text
         }
         do {
             try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
-            logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
+            logger.error("record refused by PostgreSQL", [
+                "error": "\(error)", "offset": "\(message.offset)", "request_id": request.requestID, "trace_id": trace.traceID,
+            ])
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
+            metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
     }
 }

@@ -20,10 +20,15 @@ public struct DispatcherService: Service {
         public var postgresURL: String
         /// Settings of the producer that publishes feedback and dead letters.
         public var producer: KafkaProducerConfiguration
+        /// Readiness, scrape-time gauges and test hooks, read by the admin port.
+        public var monitor: DispatcherMonitor
+        /// How often the pool runs its cheap check (`SELECT 1`) for `/readyz`. Default 5 s.
+        public var databaseCheckInterval: Duration = .seconds(5)
 
         /// - Parameters: see the properties.
         public init(dispatcher: DispatcherConfiguration, apns: APNsClient.Configuration, tokens: APNsProviderTokenCache,
-                    postgresURL: String, producer: KafkaProducerConfiguration) {
+                    postgresURL: String, producer: KafkaProducerConfiguration, monitor: DispatcherMonitor = DispatcherMonitor()) {
+            self.monitor = monitor
             self.dispatcher = dispatcher
             self.apns = apns
             self.tokens = tokens
@@ -47,8 +52,28 @@ public struct DispatcherService: Service {
     /// then closes them in order.
     /// - Throws: `PostgresError` or `KafkaError` when a dependency cannot start or migrations fail.
     public func run(shutdown: GracefulShutdown) async throws {
+        let readiness = settings.monitor.readiness
+        readiness.usesDatabase()
         let pool = PostgresPool(configuration: .init(conninfo: settings.postgresURL), logger: logger.with(["component": "postgres"]))
         try await pool.start()
+        // /readyz reads the last outcome of this loop, never a query of its own.
+        let databaseChecks = Task { [interval = settings.databaseCheckInterval, logger] in
+            var lastSucceeded = true
+            while !Task.isCancelled {
+                do {
+                    let took = try await pool.healthCheck()
+                    readiness.recordDatabaseCheck(succeeded: true, detail: "\(took.wholeMilliseconds) ms")
+                    if !lastSucceeded { logger.notice("PostgreSQL check succeeds again") }
+                    lastSucceeded = true
+                } catch {
+                    readiness.recordDatabaseCheck(succeeded: false, detail: "\(error)")
+                    if lastSucceeded { logger.warning("PostgreSQL check failed", ["error": "\(error)"]) }
+                    lastSucceeded = false
+                }
+                try? await Task.sleep(for: interval)
+            }
+        }
+        defer { databaseChecks.cancel() }
         let producer: KafkaProducer
         do {
             producer = try KafkaProducer(configuration: settings.producer, logger: logger.with(["component": "kafka.producer"]))
@@ -56,15 +81,19 @@ public struct DispatcherService: Service {
             await pool.close()
             throw error
         }
+        readiness.setProducer { producer.health.readinessInput }
         let client = APNsClient(configuration: settings.apns, tokens: settings.tokens, logger: logger.with(["component": "apns"]))
         let dispatcher = Dispatcher(
-            configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger)
+            configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger,
+            monitor: settings.monitor)
         var failure: (any Error)?
         do {
             try await dispatcher.run(shutdown: shutdown)
         } catch {
             failure = error
         }
+        readiness.setPhase(.stopping)
+        readiness.setProducer(nil)
         await client.shutdown()
         await producer.shutdown()
         await pool.close()

@@ -73,17 +73,19 @@ public final class FeedbackPublisher: Sendable {
     }
 
     /// Publishes serialized feedback keyed by `key` (a device token, or a request id).
+    /// - Parameter traceParent: the event's W3C `traceparent`, also written as the record's
+    ///   `traceparent` header (docs/observability.md "Trace context"); empty: no header.
     /// - Throws: `KafkaError` when Kafka did not acknowledge it.
-    public func publish(serialized: [UInt8], key: String) async throws {
-        _ = try await producer.send(
-            topic: topics.feedback, key: Array(key.utf8), value: serialized,
-            headers: [KafkaHeader(name: "content-type", value: Self.feedbackContentType)])
+    public func publish(serialized: [UInt8], key: String, traceParent: String = "") async throws {
+        var headers = [KafkaHeader(name: "content-type", value: Self.feedbackContentType)]
+        if !traceParent.isEmpty { headers.append(KafkaHeader(name: TraceParent.headerName, value: Array(traceParent.utf8))) }
+        _ = try await producer.send(topic: topics.feedback, key: Array(key.utf8), value: serialized, headers: headers)
     }
 
-    /// Publishes a feedback event keyed by `key`.
+    /// Publishes a feedback event keyed by `key`, with its `trace_parent` as the `traceparent` header.
     /// - Throws: `KafkaError` when Kafka did not acknowledge it.
     public func publish(_ event: FeedbackEvent, key: String) async throws {
-        try await publish(serialized: event.serializedBytes(), key: key)
+        try await publish(serialized: event.serializedBytes(), key: key, traceParent: event.traceParent)
     }
 
     /// Keeps `message` on the dead-letter topic with `error`, under its original key, with the

@@ -116,6 +116,7 @@ public final class SendLogWriter: Sendable {
         let results: [Int: Result<[UInt8], any Error>]
         do {
             let bytes = try await write(entries.map(\.row))
+            DispatcherMetrics.shared.sendLogWrites.increment(by: Double(entries.count))
             results = Dictionary(uniqueKeysWithValues: entries.map { entry in
                 (entry.id, bytes[entry.row.key].map { .success($0) }
                     ?? .failure(PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")))

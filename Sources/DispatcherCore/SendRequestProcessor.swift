@@ -17,6 +17,8 @@ public final class SendRequestProcessor: Sendable {
     private let defaultEnvironment: APNsEnvironment
     private let clock: any WallClock
     private let logger: Logger
+    private let monitor: DispatcherMonitor?
+    private let metrics = DispatcherMetrics.shared
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
@@ -28,8 +30,11 @@ public final class SendRequestProcessor: Sendable {
 
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
     ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
+    /// - Parameter monitor: told of outcomes that blame Apple or our credentials (for `/readyz`'s body).
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
-                defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
+                defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
+                monitor: DispatcherMonitor? = nil) {
+        self.monitor = monitor
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.sendLog = store.makeSendLogWriter()
         self.recordedLoader = BatchLoader { [store] requestIDs in
@@ -70,6 +75,8 @@ public final class SendRequestProcessor: Sendable {
     ///   whole request, which is idempotent through `send_log`.
     public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
+        // Every line about this request carries its id and trace id (docs/observability.md).
+        let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         // Both look-ups are batched with those of other requests running at the same time.
@@ -114,11 +121,16 @@ public final class SendRequestProcessor: Sendable {
                         // Done in an earlier delivery of this record: never sent again. Its report is
                         // published again unless Kafka is known to have acknowledged it.
                         if !earlier.acknowledged {
-                            acks.start { [feedback = self.feedback] in try await feedback.publish(serialized: earlier.event, key: token) }
+                            acks.start { [feedback = self.feedback] in
+                                try await feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent)
+                            }
                         }
                         outcome = report.outcome
                     } else {
-                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks).outcome
+                        let report = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks, logger: logger)
+                        self.metrics.count(report)
+                        self.monitor?.noteAppleTrouble(report)
+                        outcome = report.outcome
                     }
                     tally.count(outcome)
                 }
@@ -138,7 +150,7 @@ public final class SendRequestProcessor: Sendable {
         acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
         try await acks.waitForAll()
         logger.debug("request completed", [
-            "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
+            "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
         ])
     }
@@ -200,7 +212,7 @@ public final class SendRequestProcessor: Sendable {
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
-                         acks: Acknowledgements) async throws -> DeliveryReport {
+                         acks: Acknowledgements, logger: Logger) async throws -> DeliveryReport {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -244,7 +256,7 @@ public final class SendRequestProcessor: Sendable {
                     report.outcome = .delivered
                 case .deactivateToken:
                     report.outcome = .rejected
-                    try await invalidate(stored, response: response, report: report, traceParent: request.traceParent)
+                    try await invalidate(stored, response: response, report: report, traceParent: request.traceParent, logger: logger)
                 case .reject:
                     report.outcome = .rejected
                 case _ where response.hasUnknownReason:
@@ -265,7 +277,9 @@ public final class SendRequestProcessor: Sendable {
                 report.completedAtMs = clock.nowMilliseconds()
                 report.outcomeReason = Self.outcomeReason(for: error)
                 report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
-                logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
+                logger.warning("APNs send failed", [
+                    "apns_id": report.apnsID, "token": Logger.shortened(token: report.deviceToken), "error": "\(error)",
+                ])
             }
         }
         return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
@@ -308,7 +322,7 @@ public final class SendRequestProcessor: Sendable {
         let bytes = event.serializedBytes()
         let stored = try await sendLog.record(report, event: bytes)
         let key = report.deviceToken
-        acks.start { [feedback] in try await feedback.publish(serialized: stored, key: key) }
+        acks.start { [feedback] in try await feedback.publish(serialized: stored, key: key, traceParent: traceParent) }
         if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
             // Another delivery of this request recorded this token first: its outcome stands.
             return first
@@ -318,7 +332,7 @@ public final class SendRequestProcessor: Sendable {
 
     /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
     /// announce it with `TokenInvalidated`.
-    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
+    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String, logger: Logger) async throws {
         let now = clock.nowMilliseconds()
         let invalidatedAt = response.timestampMilliseconds ?? report.sentAtMs
         guard let row = try await store.deactivate(
@@ -337,7 +351,9 @@ public final class SendRequestProcessor: Sendable {
         let id = FeedbackEventID.tokenInvalidated(
             deviceToken: invalidated.deviceToken, apnsTimestampMs: invalidated.apnsTimestampMs, requestID: invalidated.requestID)
         try await feedback.publish(feedback.event(id: id, .tokenInvalidated(invalidated), traceParent: traceParent), key: row.deviceToken)
-        logger.info("token deactivated", ["token": row.deviceToken, "reason": invalidated.apnsReason])
+        logger.info("token deactivated", [
+            "token": Logger.shortened(token: row.deviceToken), "reason": invalidated.apnsReason, "apns_id": report.apnsID,
+        ])
     }
 }
 

@@ -25,18 +25,18 @@ public final class RegistrationServer: Sendable {
     /// - Throws: `HTTP2Error` when the address cannot be bound.
     public static func start(service: TokenRegistryService, configuration: GRPCServer.Configuration) throws -> RegistrationServer {
         var router = GRPCRouter()
-        router.register(service: serviceName, method: "RegisterToken") { bytes, _ in
+        router.register(service: serviceName, method: "RegisterToken") { bytes, context in
             let request = try decodeProtobuf(RegisterTokenRequest.self, bytes)
             do {
-                return try await service.register(request).serializedBytes()
+                return try await service.register(request, traceParent: context.metadata.first(TraceParent.headerName)).serializedBytes()
             } catch let error as RegistrationError {
                 throw GRPCStatus(error.code.grpcCode, error.message, cause: error)
             }
         }
-        router.register(service: serviceName, method: "UnregisterToken") { bytes, _ in
+        router.register(service: serviceName, method: "UnregisterToken") { bytes, context in
             let request = try decodeProtobuf(UnregisterTokenRequest.self, bytes)
             do {
-                return try await service.unregister(request).serializedBytes()
+                return try await service.unregister(request, traceParent: context.metadata.first(TraceParent.headerName)).serializedBytes()
             } catch let error as RegistrationError {
                 throw GRPCStatus(error.code.grpcCode, error.message, cause: error)
             }
@@ -102,10 +102,10 @@ public final class RegistrationServer: Sendable {
             switch request.path {
             case "/\(serviceName)/RegisterToken":
                 let call = try RegisterTokenRequest(jsonUTF8: request.body)
-                body = try await service.register(call).jsonUTF8Bytes()
+                body = try await service.register(call, traceParent: request.headers.first(TraceParent.headerName)).jsonUTF8Bytes()
             case "/\(serviceName)/UnregisterToken":
                 let call = try UnregisterTokenRequest(jsonUTF8: request.body)
-                body = try await service.unregister(call).jsonUTF8Bytes()
+                body = try await service.unregister(call, traceParent: request.headers.first(TraceParent.headerName)).jsonUTF8Bytes()
             default:
                 return reply(404, "UNIMPLEMENTED", "no method \(request.path)")
             }

@@ -1,5 +1,6 @@
 import GRPC
 import Kafka
+import ServiceCore
 
 extension RegistrationService {
     /// What the registration service connects to, where it listens, and its shutdown bounds.
@@ -17,6 +18,9 @@ extension RegistrationService {
         /// How long the producer may take to deliver what is still queued once the server stopped.
         /// Default 5 seconds.
         public var flushTimeout: Duration = .seconds(5)
+        /// Where the service leaves what `/readyz` decides from (the producer's cached health, the
+        /// phase); the executable hands the same object to its admin port.
+        public var readiness = ReadinessState()
 
         /// Creates a configuration.
         /// - Parameters:

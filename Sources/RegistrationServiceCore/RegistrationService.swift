@@ -36,6 +36,7 @@ public struct RegistrationService: Service {
     ///   be bound (the producer is then destroyed first), `CancellationError` after cancellation.
     public func run(shutdown: GracefulShutdown) async throws {
         let producer = try KafkaProducer(configuration: configuration.producer, logger: logger.with(["component": "kafka.producer"]))
+        configuration.readiness.setProducer { producer.health.readinessInput }
         let service = TokenRegistryService(producer: producer, topic: configuration.topic, logger: logger)
         let server: RegistrationServer
         do {
@@ -46,8 +47,10 @@ public struct RegistrationService: Service {
         }
         logger.info("registration-service ready", ["port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on"])
         onListening(server.port)
+        configuration.readiness.setPhase(.running)
 
         await shutdown.wait()  // returns on the trigger, or at once on cancellation
+        configuration.readiness.setPhase(.stopping)
 
         if !Task.isCancelled {
             logger.notice("registration-service draining: no new calls, finishing calls in progress", [

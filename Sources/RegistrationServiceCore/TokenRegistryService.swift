@@ -13,6 +13,11 @@ public final class TokenRegistryService: Sendable {
     private let topic: String
     private let clock: any WallClock
     private let logger: Logger
+    /// `push_registrations_total{bundle_id,operation,outcome}`: calls by outcome (`ok`,
+    /// `invalid_argument`, `unavailable`); `bundle_id` is empty for calls refused before it was validated.
+    private let registrations = MetricsRegistry.shared.counter(
+        "push_registrations_total", help: "Registration calls by bundle id, operation (register, unregister) and outcome.",
+        labelNames: ["bundle_id", "operation", "outcome"])
 
     /// - Parameters:
     ///   - producer: an idempotent producer with acks=all.
@@ -26,16 +31,24 @@ public final class TokenRegistryService: Sendable {
     }
 
     /// Registers or refreshes a token.
+    /// - Parameter traceParent: the caller's W3C `traceparent` (gRPC metadata or HTTP header); invalid
+    ///   or nil: a new trace. Written as the token event record's `traceparent` header.
     /// - Throws: `RegistrationError` `.invalidArgument` naming the field, or `.unavailable` when
     ///   Kafka did not acknowledge the event (nothing was registered; the caller may retry).
-    public func register(_ request: RegisterTokenRequest) async throws(RegistrationError) -> RegisterTokenResponse {
-        let device = try TokenRegistrationValidator.normalizedDevice(of: request)
+    public func register(_ request: RegisterTokenRequest, traceParent: String? = nil) async throws(RegistrationError) -> RegisterTokenResponse {
+        let device: Device
+        do throws(RegistrationError) {
+            device = try TokenRegistrationValidator.normalizedDevice(of: request)
+        } catch {
+            registrations.increment(labels: ["", "register", "invalid_argument"])
+            throw error
+        }
         var event = TokenEvent()
         event.eventID = UUID().uuidString.lowercased()
         event.action = .registered
         event.device = device
         event.eventTimeMs = clock.nowMilliseconds()
-        try await publish(event, token: device.deviceToken)
+        try await publish(event, token: device.deviceToken, bundleID: device.bundleID, operation: "register", traceParent: traceParent)
         var response = RegisterTokenResponse()
         response.deviceToken = device.deviceToken
         response.eventID = event.eventID
@@ -44,9 +57,16 @@ public final class TokenRegistryService: Sendable {
     }
 
     /// Removes a token.
+    /// - Parameter traceParent: as for `register(_:traceParent:)`.
     /// - Throws: as `register(_:)`.
-    public func unregister(_ request: UnregisterTokenRequest) async throws(RegistrationError) -> UnregisterTokenResponse {
-        let (token, bundleID) = try TokenRegistrationValidator.normalizedUnregistration(request)
+    public func unregister(_ request: UnregisterTokenRequest, traceParent: String? = nil) async throws(RegistrationError) -> UnregisterTokenResponse {
+        let token: String, bundleID: String
+        do throws(RegistrationError) {
+            (token, bundleID) = try TokenRegistrationValidator.normalizedUnregistration(request)
+        } catch {
+            registrations.increment(labels: ["", "unregister", "invalid_argument"])
+            throw error
+        }
         var device = Device()
         device.deviceToken = token
         device.bundleID = bundleID
@@ -56,7 +76,7 @@ public final class TokenRegistryService: Sendable {
         event.device = device
         event.eventTimeMs = clock.nowMilliseconds()
         event.reason = request.reason
-        try await publish(event, token: token)
+        try await publish(event, token: token, bundleID: bundleID, operation: "unregister", traceParent: traceParent)
         var response = UnregisterTokenResponse()
         response.deviceToken = token
         response.eventID = event.eventID
@@ -64,13 +84,21 @@ public final class TokenRegistryService: Sendable {
         return response
     }
 
-    private func publish(_ event: TokenEvent, token: String) async throws(RegistrationError) {
+    private func publish(_ event: TokenEvent, token: String, bundleID: String, operation: String, traceParent: String?) async throws(RegistrationError) {
+        let trace = TraceParent.resolve([traceParent]).trace
         do {
             _ = try await producer.send(
                 topic: topic, key: Array(token.utf8), value: event.serializedBytes(),
-                headers: [KafkaHeader(name: "content-type", value: Self.tokenEventContentType)])
+                headers: [
+                    KafkaHeader(name: "content-type", value: Self.tokenEventContentType),
+                    KafkaHeader(name: TraceParent.headerName, value: trace.text),
+                ])
+            registrations.increment(labels: [bundleID, operation, "ok"])
         } catch {
-            logger.error("token event not acknowledged by Kafka", ["error": "\(error)", "event_id": event.eventID])
+            registrations.increment(labels: [bundleID, operation, "unavailable"])
+            logger.error("token event not acknowledged by Kafka", [
+                "error": "\(error)", "event_id": event.eventID, "trace_id": trace.traceID, "token": Logger.shortened(token: token),
+            ])
             throw RegistrationError(code: .unavailable, message: "the token event was not acknowledged by Kafka; retry", cause: error)
         }
     }

@@ -96,6 +96,8 @@ public struct ReadinessInputs: Sendable, Equatable {
     public var databaseCheck: DatabaseCheck?
     /// Findings shown in the body that never decide readiness (Apple's reachability, provider-token faults).
     public var informational: [ProbeReport.Check]
+    /// The service's phase: only `running` can be ready. Default `running`.
+    public var phase: ReadinessState.Phase = .running
 
     /// - Parameters: see the properties.
     public init(consumer: KafkaClient? = nil, producer: KafkaClient? = nil, usesDatabase: Bool = false,
@@ -110,7 +112,7 @@ public struct ReadinessInputs: Sendable, Equatable {
 
 /// Decides `/readyz`: whether this replica can do its work, from `ReadinessInputs` alone (no I/O).
 ///
-/// Not ready when: a Kafka client reported a fatal error; the consumer has not joined its group; its
+/// Not ready when: the service is starting or stopping; a Kafka client reported a fatal error; the consumer has not joined its group; its
 /// poll thread has not returned for `maxPollAge`; the last statistics (younger than
 /// `maxStatisticsAge`) show no broker up, or, without such statistics, librdkafka reported all brokers
 /// down within `errorWindow`; the database's last check failed, is older than `maxDatabaseCheckAge`,
@@ -138,6 +140,11 @@ public struct ReadinessPolicy: Sendable, Equatable {
     /// The readiness report for `inputs`.
     public func evaluate(_ inputs: ReadinessInputs) -> ProbeReport {
         var checks: [ProbeReport.Check] = []
+        switch inputs.phase {
+        case .running: checks.append(.init("service", .ok, "running"))
+        case .starting: checks.append(.init("service", .failing, "starting: dependencies not up yet"))
+        case .stopping: checks.append(.init("service", .failing, "stopping: graceful shutdown in progress"))
+        }
         if let consumer = inputs.consumer { checks.append(kafka("kafka.consumer", consumer, isConsumer: true)) }
         if let producer = inputs.producer { checks.append(kafka("kafka.producer", producer, isConsumer: false)) }
         if inputs.usesDatabase {

@@ -1,3 +1,4 @@
+import AdminHTTP
 import APNsSimulator
 import Foundation
 import ServiceCore
@@ -26,14 +27,20 @@ do {
     configuration.initialMaxConcurrentStreams = UInt32(clamping: try env.int("PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS", default: 1))
     if let path = env.string("PUSH_SIM_CONFIG_FILE") { try configuration.apply(configFile: path) }
     let simulator = try APNsSimulator.start(configuration: configuration)
+    // HTTP/1.1 admin port (README "Admin port"); the simulator's own admin API stays on PUSH_SIM_ADMIN_PORT.
+    let readiness = ReadinessState()
+    readiness.setPhase(.running)
+    let admin = try AdminServer.start(environment: env, defaultPort: 9103, readiness: readiness)
     logger.info("apns-simulator ready", [
         "production_port": "\(simulator.productionPort)", "sandbox_port": "\(simulator.sandboxPort)",
         "admin_port": simulator.adminPort.map { "\($0)" } ?? "off",
-        "certificate_auth": configuration.clientCAFile == nil ? "off" : "on",
+        "certificate_auth": configuration.clientCAFile == nil ? "off" : "on", "metrics_admin_port": "\(admin.port)",
     ])
     let signal = await ProcessSignals.waitForTermination()
     logger.info("apns-simulator stopping", ["signal": "\(signal)"])
+    readiness.setPhase(.stopping)
     await simulator.shutdown()
+    admin.stop()
 } catch {
     logger.critical("apns-simulator failed to start: \(error)")
     exit(1)

@@ -1,3 +1,4 @@
+import AdminHTTP
 import APNs
 import DispatcherCore
 import Foundation
@@ -11,6 +12,7 @@ import ServiceCore
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "dispatcher")
 let group: ServiceGroup
+let admin: AdminServer
 do {
     let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
@@ -76,10 +78,25 @@ do {
         }
         apns.maxRequestsPerSecondPerConnection = value
     }
-    let settings = DispatcherService.Settings(
+    let monitor = DispatcherMonitor()
+    var settings = DispatcherService.Settings(
         dispatcher: configuration, apns: apns, tokens: tokens,
         postgresURL: env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push"),
-        producer: KafkaProducerConfiguration(bootstrapServers: bootstrap))
+        producer: KafkaProducerConfiguration(bootstrapServers: bootstrap), monitor: monitor)
+    settings.databaseCheckInterval = try env.milliseconds("PUSH_PG_CHECK_INTERVAL_MS", default: settings.databaseCheckInterval)
+    // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
+    admin = try AdminServer.start(
+        environment: env, defaultPort: 9102, readiness: monitor.readiness,
+        testHooks: [
+            "wedge-kafka-poll": { query in
+                let seconds = query("seconds").flatMap(Int.init) ?? 60
+                guard monitor.wedgeConsumerPollForTesting(for: .seconds(seconds)) else {
+                    return AdminResponse(status: 409, body: "no consumer running\n")
+                }
+                return AdminResponse(status: 200, body: "Kafka poll thread wedged for \(seconds) s\n")
+            },
+        ])
+    logger.info("admin port listening", ["admin_port": "\(admin.port)"])
     let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
     group = ServiceGroup(
         services: [DispatcherService(settings: settings, logger: logger)],
@@ -90,6 +107,7 @@ do {
 }
 do {
     let outcome = try await group.run()
+    admin.stop()
     logger.info("dispatcher exiting", ["outcome": "\(outcome)"])
     exit(outcome.isGraceful ? 0 : 1)
 } catch {

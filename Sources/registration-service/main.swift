@@ -1,3 +1,4 @@
+import AdminHTTP
 import Foundation
 import GRPC
 import HTTP2
@@ -11,6 +12,7 @@ import ServiceCore
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "registration-service")
 let group: ServiceGroup
+let admin: AdminServer
 do {
     let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
@@ -26,6 +28,9 @@ do {
     var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
     configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1")
     configuration.fitShutdown(into: gracePeriod)
+    // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
+    admin = try AdminServer.start(environment: env, defaultPort: 9101, readiness: configuration.readiness)
+    logger.info("admin port listening", ["admin_port": "\(admin.port)"])
     group = ServiceGroup(
         services: [RegistrationService(configuration: configuration, logger: logger)],
         configuration: .init(gracePeriod: gracePeriod), logger: logger.with(["component": "lifecycle"]))
@@ -35,6 +40,7 @@ do {
 }
 do {
     let outcome = try await group.run()
+    admin.stop()
     exit(outcome.isGraceful ? 0 : 1)
 } catch {
     logger.critical("registration-service failed: \(error)")
