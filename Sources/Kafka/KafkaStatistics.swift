@@ -4,7 +4,8 @@ import Foundation
 /// `statistics.interval.ms`; fields described in librdkafka's STATISTICS.md) that the services use:
 /// how many brokers are connected, and each consumed partition's lag.
 public struct KafkaStatistics: Sendable, Equatable {
-    /// Brokers (learned from metadata, `nodeid` ≥ 0) whose connection `state` is `UP`.
+    /// Broker connections with a `nodeid` ≥ 0 (brokers learned from metadata, and a consumer's
+    /// logical group-coordinator connection) whose `state` is `UP`.
     public var brokersUp: Int
     /// Brokers learned from metadata, whatever their state.
     public var brokersKnown: Int

@@ -1,0 +1,95 @@
+import Foundation
+import ServiceCore
+import Testing
+
+@testable import Kafka
+
+/// What Kafka clients report for /healthz, /readyz and metrics: statistics from librdkafka's
+/// `stats_cb` (against the real built-in broker), the poll thread's heartbeat and its test hook.
+@Suite(.serialized) struct KafkaHealthTests {
+    @Test func parsesBrokerStatesAndConsumerLagFromAStatisticsDocument() throws {
+        // Shape of librdkafka's statistics (STATISTICS.md), trimmed to the fields read.
+        let json = """
+            {"name":"c#consumer-1","type":"consumer","brokers":{
+              "127.0.0.1:9092/bootstrap":{"nodeid":-1,"state":"UP"},
+              "127.0.0.1:9092/1":{"nodeid":1,"state":"UP"},
+              "127.0.0.1:9093/2":{"nodeid":2,"state":"DOWN"},
+              ":0/internal":{"nodeid":-1,"state":"INIT"}},
+             "topics":{"push.send-requests.v1":{"topic":"push.send-requests.v1","partitions":{
+               "0":{"partition":0,"consumer_lag":42},
+               "1":{"partition":1,"consumer_lag":-1},
+               "-1":{"partition":-1,"consumer_lag":-1}}}}}
+            """
+        let statistics = try #require(KafkaStatistics(json: Array(json.utf8)))
+        #expect(statistics.brokersKnown == 2)
+        #expect(statistics.brokersUp == 1)
+        #expect(statistics.consumerLag == [KafkaTopicPartition(topic: "push.send-requests.v1", partition: KafkaPartition(rawValue: 0)): 42])
+        #expect(KafkaStatistics(json: Array("not json".utf8)) == nil)
+    }
+
+    @Test func consumerLagFollowsCommitsThroughTheStatisticsCallback() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("lag")
+        try cluster.createTopic(topic, partitions: 1)
+        let producer = try KafkaProducer(configuration: TestSupport.producerConfig(cluster), logger: TestSupport.logger)
+        for index in 0..<10 { _ = try await producer.send(topic: topic, key: "k", value: Array("v\(index)".utf8)) }
+        var configuration = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
+        configuration.offsetCommit = .explicit
+        configuration.statisticsInterval = .milliseconds(200)
+        let consumer = try KafkaConsumer(configuration: configuration, logger: TestSupport.logger)
+        _ = try await TestSupport.collect(10, from: consumer)
+        #expect(consumer.health.joined)
+        #expect(consumer.health.assignedPartitions == 1)
+        let partition = KafkaTopicPartition(topic: topic, partition: KafkaPartition(rawValue: 0))
+        try await consumer.commit(topic: topic, partition: partition.partition, offset: KafkaOffset(rawValue: 4))
+        try await TestSupport.eventually("a lag of 6 after committing offset 4") { consumer.health.statistics?.consumerLag[partition] == 6 }
+        try await consumer.commit(topic: topic, partition: partition.partition, offset: KafkaOffset(rawValue: 10))
+        try await TestSupport.eventually("a lag of 0 after committing everything") { consumer.health.statistics?.consumerLag[partition] == 0 }
+        #expect((consumer.health.statistics?.brokersUp ?? 0) >= 1)  // the group coordinator has a connection of its own
+        #expect(consumer.health.readinessInput.joined)
+        await consumer.close()
+        await producer.shutdown()
+    }
+
+    @Test func aWedgedPollThreadStopsItsHeartbeatAndRecovers() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("wedge")
+        try cluster.createTopic(topic, partitions: 1)
+        let consumer = try KafkaConsumer(
+            configuration: TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic]), logger: TestSupport.logger)
+        try await TestSupport.eventually("the consumer joined") { consumer.health.joined }
+        #expect(consumer.health.lastPollAge < .seconds(1))
+        #expect(Heartbeats.shared.snapshot().contains { $0.name == "kafka-consumer-poll" })
+        consumer.wedgePollThreadForTesting(for: .seconds(2))
+        try await TestSupport.eventually("the poll heartbeat grew old") { consumer.health.lastPollAge > .milliseconds(1500) }
+        let liveness = LivenessPolicy(maxBeatAge: .seconds(1))
+        #expect(!liveness.evaluate(Heartbeats.shared.snapshot()).isPassing)
+        #expect(!ReadinessPolicy(maxPollAge: .seconds(1)).evaluate(.init(consumer: consumer.health.readinessInput)).isPassing)
+        try await TestSupport.eventually("the poll thread came round again") { consumer.health.lastPollAge < .milliseconds(500) }
+        await consumer.close()
+        // A consumer closed on purpose is no longer watched.
+        try await TestSupport.eventually("the heartbeat was removed") {
+            !Heartbeats.shared.snapshot().contains { $0.name == "kafka-consumer-poll" }
+        }
+    }
+
+    @Test func producerStatisticsShowBrokersGoingDownAndComingBack() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("down")
+        try cluster.createTopic(topic, partitions: 1)
+        var configuration = TestSupport.producerConfig(cluster)
+        configuration.statisticsInterval = .milliseconds(200)
+        let producer = try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
+        _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+        let policy = ReadinessPolicy()
+        try await TestSupport.eventually("a broker up in the statistics") { producer.health.statistics?.brokersUp == 1 }
+        #expect(policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing)
+        try cluster.setBrokerDown(1)
+        try await TestSupport.eventually("no broker up, not ready") {
+            producer.health.statistics?.brokersUp == 0 && !policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing
+        }
+        try cluster.setBrokerUp(1)
+        try await TestSupport.eventually("ready again") { policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing }
+        await producer.shutdown()
+    }
+}
