@@ -3,7 +3,7 @@
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      pkg-config librdkafka-dev libnghttp2-dev libssl-dev libpq-dev \
+      pkg-config librdkafka-dev libnghttp2-dev libssl-dev libpq-dev libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -17,7 +17,7 @@ RUN swift build -c release --static-swift-stdlib \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      librdkafka1 libnghttp2-14 libssl3 libpq5 ca-certificates openssl \
+      librdkafka1 libnghttp2-14 libssl3 libpq5 libmicrohttpd12 ca-certificates openssl \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/ /usr/local/bin/
 COPY scripts/gen-dev-credentials /usr/local/bin/gen-dev-credentials

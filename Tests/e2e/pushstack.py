@@ -60,36 +60,38 @@ def grpc_channel():
 
 
 def register_token(device_token: str, bundle_id: str, environment: str = "SANDBOX", user_id: str = "",
-                   installation_id: str = "", kind: str = "TOKEN_KIND_STANDARD", timeout: float = 10.0):
+                   installation_id: str = "", kind: str = "TOKEN_KIND_STANDARD", timeout: float = 10.0,
+                   metadata: list[tuple[str, str]] | None = None):
     common, registry, registry_grpc = pb("common_pb2"), pb("token_registry_pb2"), pb("token_registry_pb2_grpc")
     with grpc_channel() as channel:
         stub = registry_grpc.TokenRegistryStub(channel)
         device = common.Device(device_token=device_token, bundle_id=bundle_id,
                                environment=common.Environment.Value(environment), user_id=user_id,
                                installation_id=installation_id, kind=common.TokenKind.Value(kind))
-        return stub.RegisterToken(registry.RegisterTokenRequest(device=device), timeout=timeout)
+        return stub.RegisterToken(registry.RegisterTokenRequest(device=device), timeout=timeout, metadata=metadata)
 
 
 def kafka_config() -> dict[str, str]:
     return {"bootstrap.servers": stack_env()["PUSH_KAFKA_BOOTSTRAP"]}
 
 
-def produce(topic: str, key: bytes, value: bytes, content_type: str, partition: int | None = None) -> None:
+def produce(topic: str, key: bytes, value: bytes, content_type: str, partition: int | None = None,
+            headers: list[tuple[str, bytes]] | None = None) -> None:
     from confluent_kafka import Producer
     producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True})
     errors: list = []
     extra = {} if partition is None else {"partition": partition}
-    producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())],
+    producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())] + (headers or []),
                      on_delivery=lambda err, msg: errors.append(err) if err else None, **extra)
     producer.flush(15)
     if errors:
         raise RuntimeError(f"produce to {topic} failed: {errors}")
 
 
-def send_request(request, partition: int | None = None) -> None:
+def send_request(request, partition: int | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:
     """Produces a push.v1.SendRequest (protobuf) keyed by its request id (to `partition` if given)."""
     produce(SEND_REQUESTS, request.request_id.encode(), request.SerializeToString(),
-            "application/x-protobuf; message=push.v1.SendRequest", partition)
+            "application/x-protobuf; message=push.v1.SendRequest", partition, headers)
 
 
 class TopicReader:
@@ -183,3 +185,27 @@ def wait_for(predicate, what: str = "condition", timeout: float = 30.0, interval
 
 def random_token(nbytes: int = 32) -> str:
     return os.urandom(nbytes).hex()
+
+
+ADMIN_URLS = {"registration": "PUSH_REGISTRATION_ADMIN_URL", "dispatcher": "PUSH_DISPATCHER_ADMIN_URL",
+              "simulator": "PUSH_SIM_METRICS_ADMIN_URL"}
+
+
+def admin(service: str, path: str, method: str = "GET", timeout: float = 10.0) -> tuple[int, str, dict]:
+    """One HTTP/1.1 request to a service's admin port (README "Admin port"): status, body, headers."""
+    import urllib.error
+    import urllib.request
+    url = stack_env()[ADMIN_URLS[service]] + path
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(), dict(error.headers)
+
+
+def process_environ(name: str) -> dict[str, str]:
+    """The environment of the stack's process `name` (its pid file under $PUSH_VAR_DIR/run)."""
+    pid = int((VAR_DIR / "run" / f"{name}.pid").read_text())
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return {k.decode(): v.decode(errors="replace") for k, v in (item.split(b"=", 1) for item in raw if b"=" in item)}
