@@ -45,7 +45,7 @@ let package = Package(
             dependencies: ["GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
         .executableTarget(
             name: "dispatcher", dependencies: ["APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
-        .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "ServiceCore"]),
+        .executableTarget(name: "apns-simulator", dependencies: ["APNsSimulator", "HTTP2", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
 
