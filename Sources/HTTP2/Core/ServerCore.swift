@@ -222,6 +222,8 @@ final class ServerCore: SessionCore, @unchecked Sendable {
     override func connectionDidClose(_ error: HTTP2Error?) {
         for stream in streams.values { stream.closed = true }
         streams.removeAll()
+        // The handle holds this core: without this, every connection (its TLS state included) leaked.
+        handle = nil
         timer?.cancel()
         timer = nil
         shared.remove(self)
