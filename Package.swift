@@ -48,7 +48,7 @@ let package = Package(
             dependencies: ["AdminHTTP", "GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
         .executableTarget(
             name: "dispatcher", dependencies: ["AdminHTTP", "APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
-        .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "ServiceCore"]),
+        .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "HTTP2", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
 

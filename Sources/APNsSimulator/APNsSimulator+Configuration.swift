@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import HTTP2
 import ServiceCore
 
 extension APNsSimulator {
@@ -78,6 +79,16 @@ extension APNsSimulator {
         /// Cleartext HTTP/2 (h2c, prior knowledge) port of the admin API; 0 picks one, nil disables
         /// it. Default 0.
         public var adminPort: Int? = 0
+        /// Address the admin API binds to. It is a development tool without authentication: keep it on
+        /// loopback unless the network around it is private. Default `127.0.0.1`, whatever `host` is.
+        public var adminHost: String = "127.0.0.1"
+        /// SETTINGS of the push listeners before the simulator's own (SETTINGS_MAX_CONCURRENT_STREAMS
+        /// from `initialMaxConcurrentStreams`, Apple's 65,535 stream window and 8,000 header list).
+        /// Default `HTTP2Settings.server`.
+        public var settings = HTTP2Settings.server
+        /// Limits of every listener, push and admin (docs/http2-server-limits.md). Default: the
+        /// `HTTP2ServerLimits` defaults.
+        public var limits = HTTP2ServerLimits()
         /// PEM certificate chain the push listeners present.
         public var certificateChainFile: String
         /// PEM private key of that certificate.

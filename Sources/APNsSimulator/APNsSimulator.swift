@@ -19,7 +19,9 @@ import ServiceCore
 ///
 /// ## Admin API
 ///
-/// Cleartext HTTP/2 with prior knowledge (h2c) on `adminPort`: `curl --http2-prior-knowledge`,
+/// Development only, unauthenticated: anyone who reaches it can read what was received and change
+/// faults, so it binds to `Configuration.adminHost` (loopback by default), never to the push listeners'
+/// host (docs/http2-server-limits.md). Cleartext HTTP/2 with prior knowledge (h2c) on `adminPort`: `curl --http2-prior-knowledge`,
 /// Python `httpx.Client(http1=False, http2=True)`. Bodies are JSON; errors are
 /// `{"error":"<message>"}` with 400 (bad body), 404 (no route) or 409.
 ///
@@ -80,7 +82,7 @@ public final class APNsSimulator: Sendable {
         let tls = HTTP2ServerTLS(
             certificateChainFile: configuration.certificateChainFile, privateKeyFile: configuration.privateKeyFile,
             clientCAFile: configuration.clientCAFile, requireClientCertificate: false)
-        var settings = HTTP2Settings()
+        var settings = configuration.settings
         settings.maxConcurrentStreams = configuration.initialMaxConcurrentStreams
         settings.initialWindowSize = 65_535
         settings.maxHeaderListSize = 8_000
@@ -88,6 +90,7 @@ public final class APNsSimulator: Sendable {
         func listen(_ environment: APNsEnvironment, port: Int) throws(APNsSimulatorError) -> HTTP2Server {
             var server = HTTP2Server.Configuration(host: configuration.host, port: port, tls: tls, settings: settings)
             server.eventLoopCount = configuration.eventLoopCount
+            server.limits = configuration.limits
             do {
                 let started = try HTTP2Server.start(configuration: server) { request, responder in
                     state.handlePush(request, responder, environment: environment)
@@ -103,8 +106,9 @@ public final class APNsSimulator: Sendable {
         let sandbox = try listen(.sandbox, port: configuration.sandboxPort)
         var adminPort: Int?
         if let port = configuration.adminPort {
-            var adminConfiguration = HTTP2Server.Configuration(host: configuration.host, port: port)
+            var adminConfiguration = HTTP2Server.Configuration(host: configuration.adminHost, port: port)
             adminConfiguration.eventLoopCount = 1
+            adminConfiguration.limits = configuration.limits
             let api = AdminAPI(state: state)
             do {
                 let admin = try HTTP2Server.start(configuration: adminConfiguration) { request, responder in
@@ -114,7 +118,7 @@ public final class APNsSimulator: Sendable {
                 adminPort = admin.port
             } catch {
                 for server in servers { server.close() }
-                throw APNsSimulatorError(.startFailed, "admin listener on \(configuration.host):\(port)", cause: error)
+                throw APNsSimulatorError(.startFailed, "admin listener on \(configuration.adminHost):\(port)", cause: error)
             }
         }
         state.liveConnectionKeys.withLock {

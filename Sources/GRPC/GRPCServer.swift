@@ -67,7 +67,13 @@ public final class GRPCServer: Sendable {
     /// - Throws: `HTTP2Error` when the HTTP/2 server cannot start (bind, TLS files).
     public static func start(configuration: Configuration, router: GRPCRouter) throws -> GRPCServer {
         let maxSize = configuration.maxReceiveMessageSize
-        let server = try HTTP2Server.start(configuration: configuration.http2) { request, responder in
+        var http2 = configuration.http2
+        let plainLimitResponse = http2.limitResponse
+        http2.limitResponse = { breach, request in
+            guard isGRPCContentType(request.headers.first("content-type") ?? "") else { return plainLimitResponse(breach, request) }
+            return trailersOnly(GRPCStatus(limitStatusCode(breach.limit), breach.message))
+        }
+        let server = try HTTP2Server.start(configuration: http2) { request, responder in
             GRPCServer.handle(request, responder, router: router, maxSize: maxSize)
         }
         return GRPCServer(server: server)
@@ -159,9 +165,20 @@ public final class GRPCServer: Sendable {
     }
 
     static func respondTrailersOnly(_ responder: HTTP2Responder, _ status: GRPCStatus, extra: [HTTP2Header] = []) {
+        responder.respond(trailersOnly(status, extra: extra))
+    }
+
+    /// An error-only gRPC response: one HEADERS frame with END_STREAM carrying the status.
+    static func trailersOnly(_ status: GRPCStatus, extra: [HTTP2Header] = []) -> HTTP2ServerResponse {
         var headers = [HTTP2Header("content-type", "application/grpc"), HTTP2Header("grpc-status", String(status.code.rawValue))]
         if !status.message.isEmpty { headers.append(HTTP2Header("grpc-message", GRPCWire.percentEncode(status.message))) }
-        responder.respond(status: 200, headers: headers + extra)
+        return HTTP2ServerResponse(status: 200, headers: headers + extra)
+    }
+
+    /// The gRPC status of a call the HTTP/2 server answered at a limit (docs/http2-server-limits.md):
+    /// RESOURCE_EXHAUSTED for sizes (as for an oversized message), DEADLINE_EXCEEDED for a stalled body.
+    static func limitStatusCode(_ limit: HTTP2ServerLimit) -> GRPCStatus.Code {
+        limit == .requestBodyTimeout ? .deadlineExceeded : .resourceExhausted
     }
 }
 

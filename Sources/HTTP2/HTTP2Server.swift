@@ -27,18 +27,26 @@ public final class HTTP2Server: Sendable {
         public var port: Int = 0
         /// TLS options; nil serves cleartext HTTP/2 with prior knowledge (h2c). Default nil.
         public var tls: HTTP2ServerTLS?
-        /// Local SETTINGS sent to every new connection.
-        public var settings = HTTP2Settings()
+        /// Local SETTINGS sent to every new connection. Default `HTTP2Settings.server` (100 streams,
+        /// 64 KiB stream window, 1 MiB connection window); SETTINGS_MAX_HEADER_LIST_SIZE announced is the
+        /// smaller of `maxHeaderListSize` and `limits.maxHeaderListBytes`.
+        public var settings = HTTP2Settings.server
+        /// What any peer can make the server hold: header lists, bodies, connections, time
+        /// (docs/http2-server-limits.md).
+        public var limits = HTTP2ServerLimits()
+        /// The answer to a request that passed a per-request limit (header list, body size, body
+        /// progress). Default `HTTP2ServerLimitBreach.defaultResponse` (431, 413, 408 with a text body);
+        /// `GRPCServer` answers gRPC calls with a gRPC status. Runs on the connection's thread.
+        public var limitResponse: @Sendable (HTTP2ServerLimitBreach, HTTP2ServerRequest) -> HTTP2ServerResponse = HTTP2ServerLimitBreach.defaultResponse
+        /// Where limit breaches are logged (at most one line per limit every 10 seconds).
+        public var logger = Logger(label: "http2.server")
         /// Number of event-loop threads. Default: the number of active processors.
         public var eventLoopCount: Int = ProcessInfo.processInfo.activeProcessorCount
         /// listen(2) backlog. Default 1024.
         public var backlog: Int32 = 1024
-        /// Largest request body accepted, in bytes; a larger one is answered 413 as soon as it
-        /// passes the limit, and what arrived is dropped. Default 16 MiB.
-        public var maxRequestBodyBytes: Int = 16 << 20
 
         /// Creates a configuration.
-        public init(host: String = "127.0.0.1", port: Int = 0, tls: HTTP2ServerTLS? = nil, settings: HTTP2Settings = HTTP2Settings()) {
+        public init(host: String = "127.0.0.1", port: Int = 0, tls: HTTP2ServerTLS? = nil, settings: HTTP2Settings = .server) {
             self.host = host
             self.port = port
             self.tls = tls
@@ -61,12 +69,13 @@ public final class HTTP2Server: Sendable {
 
     /// Binds, listens and starts serving.
     /// - Throws: `HTTP2Error` `.bindFailed` when the address cannot be bound, `.invalidConfiguration`
-    ///   when a TLS file cannot be loaded.
+    ///   when a TLS file cannot be loaded or a limit is out of range (`HTTP2ServerLimits.validate`).
     public static func start(configuration: Configuration, handler: @escaping Handler) throws(HTTP2Error) -> HTTP2Server {
         ProcessSignals.ignoreSIGPIPE()
+        try configuration.limits.validate(settings: configuration.settings)
+        SocketOps.raiseFileLimit(toAtLeast: configuration.limits.maxConnections + 256)
         let tls = try configuration.tls.map { options throws(HTTP2Error) in try TLSContext.server(options) }
-        let shared = ServerShared(
-            settings: configuration.settings, handler: handler, tls: tls, maxRequestBodyBytes: configuration.maxRequestBodyBytes)
+        let shared = ServerShared(configuration: configuration, handler: handler, tls: tls)
         let (fd, port) = try SocketOps.listen(host: configuration.host, port: configuration.port, backlog: configuration.backlog)
         let group: EventLoopGroup
         do {
@@ -85,6 +94,13 @@ public final class HTTP2Server: Sendable {
     public func connections() -> [HTTP2ServerConnection] {
         shared.connections.withLock { Array($0.values) }
     }
+
+    /// Connections held, those still in their TLS handshake and those closing included (at most
+    /// `limits.maxConnections` plus the ones being closed to make room).
+    public var connectionCount: Int { shared.connectionCount }
+
+    /// How often each limit was reached since the server started (docs/http2-server-limits.md).
+    public func limitBreaches() -> [HTTP2ServerLimit: Int] { shared.accounting.breaches }
 
     /// Stops accepting, sends GOAWAY to every connection, waits up to `gracePeriod` for their streams
     /// to finish, drops what is left and stops the threads.
@@ -149,8 +165,10 @@ final class Listener: EventLoopHandler, @unchecked Sendable {
                 }
             }
             if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return  // EAGAIN, or EMFILE and friends: try again on the next readiness
+                let code = errno
+                if code == EINTR || code == ECONNABORTED { continue }
+                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM { pauseAccepting(code) }
+                return  // EAGAIN: the next readiness
             }
             SocketOps.setNonBlocking(client)
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
@@ -163,8 +181,32 @@ final class Listener: EventLoopHandler, @unchecked Sendable {
             }
             let id = shared.nextConnectionID.add(1, ordering: .relaxed).oldValue
             let target = group.next()
-            let core = ServerCore(id: id, loop: target, transport: transport, shared: shared, remoteAddress: SocketOps.describe(address))
+            let remote = SocketOps.describe(address)
+            let core = ServerCore(id: id, loop: target, transport: transport, shared: shared, remoteAddress: remote)
+            switch shared.admit(core) {
+            case .admitted:
+                break
+            case .evicting(let victim):
+                shared.accounting.breach(.maxConnections, "\(shared.limits.maxConnections) connections: closing the longest idle (\(victim.remoteAddress))", remote: remote)
+                victim.loop.execute { victim.terminate() }
+            case .refused:
+                shared.accounting.breach(.maxConnections, "\(shared.limits.maxConnections) connections, none idle: new connection refused", remote: remote)
+                transport.closeNow()
+                continue
+            }
             if target.inLoop { core.start() } else { target.execute { core.start() } }
+        }
+    }
+
+    /// accept(2) ran out of descriptors or memory: the pending connection stays in the backlog and
+    /// the level-triggered readiness would wake this loop at once; stop watching for 100 ms.
+    private func pauseAccepting(_ code: Int32) {
+        guard let loop else { return }
+        shared.accounting.breach(.fileDescriptors, "accept: \(errnoString(code)); pausing accepts for 100 ms", remote: "-")
+        loop.deregister(fd: fd)
+        loop.schedule(after: .milliseconds(100)) { [self] in
+            guard !closed else { return }
+            _ = loop.register(fd: fd, handler: self, writable: false)
         }
     }
 }

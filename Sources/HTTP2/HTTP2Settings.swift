@@ -14,8 +14,27 @@ public struct HTTP2Settings: Sendable, Equatable {
     /// SETTINGS_HEADER_TABLE_SIZE in bytes (HPACK dynamic table). Default 4,096.
     public var headerTableSize: UInt32 = 4_096
 
-    /// The defaults listed on each property.
+    /// The defaults listed on each property (a client's: large windows, no header-list limit).
     public init() {}
+
+    /// A server's defaults (docs/http2-server-limits.md): 100 concurrent streams, a 64 KiB stream
+    /// window, a 1 MiB connection window, and a 16 KiB header list, so that the request bytes a peer
+    /// can make the server hold stay small.
+    public static let server: HTTP2Settings = {
+        var settings = HTTP2Settings()
+        settings.maxConcurrentStreams = 100
+        settings.initialWindowSize = 64 << 10
+        settings.connectionWindowSize = 1 << 20
+        settings.maxHeaderListSize = 16 << 10
+        return settings
+    }()
+
+    /// Largest flow-control window (2^31-1 bytes, RFC 9113 §6.9.1).
+    public static let maxWindowSize: UInt32 = 0x7FFF_FFFF
+
+    /// The connection's receive window in bytes: `connectionWindowSize`, or the protocol's initial
+    /// 65,535 when that is smaller (the window is only ever opened, never shrunk, at start).
+    public var effectiveConnectionWindowSize: Int { max(65_535, Int(connectionWindowSize)) }
 }
 
 /// One SETTINGS parameter (RFC 9113 §6.5.2), for `HTTP2ServerConnection.submitSettings(_:)` and events.

@@ -51,7 +51,7 @@ public final class RegistrationServer: Sendable {
         var configuration = configuration
         configuration.maxReceiveMessageSize = min(configuration.maxReceiveMessageSize, maximumMessageBytes)
         // Bodies up to 1 MiB are read so that gRPC callers get RESOURCE_EXHAUSTED; beyond, HTTP 413.
-        configuration.http2.maxRequestBodyBytes = min(configuration.http2.maxRequestBodyBytes, 1 << 20)
+        configuration.http2.limits.maxRequestBodyBytes = min(configuration.http2.limits.maxRequestBodyBytes, 1 << 20)
         return RegistrationServer(server: try GRPCServer.start(configuration: configuration, router: router))
     }
 

@@ -1,11 +1,13 @@
 import AdminHTTP
 import APNsSimulator
 import Foundation
+import HTTP2
 import ServiceCore
 
 // apns-simulator: Apple's APNs provider API for tests, benchmarks and staging systems.
 // Environment: PUSH_SIM_HOST (127.0.0.1), PUSH_SIM_PRODUCTION_PORT (2197), PUSH_SIM_SANDBOX_PORT (2198),
-// PUSH_SIM_ADMIN_PORT (8081; 0 picks one), PUSH_SIM_TLS_CERT_FILE, PUSH_SIM_TLS_KEY_FILE (required),
+// PUSH_SIM_ADMIN_PORT (8081; 0 picks one), PUSH_SIM_ADMIN_HOST (127.0.0.1: the admin API is development-only
+// and unauthenticated), PUSH_HTTP2_* (limits of every listener, docs/http2-server-limits.md), PUSH_SIM_TLS_CERT_FILE, PUSH_SIM_TLS_KEY_FILE (required),
 // PUSH_SIM_KEYS (KEYID:TEAMID:/path/pub.pem[:sandbox|:production],…), PUSH_SIM_CLIENT_CA_FILE (enables
 // certificate auth), PUSH_SIM_CONFIG_FILE (JSON: faults, tokens, unregistered), PUSH_SIM_RECORD_LIMIT
 // (10000), PUSH_SIM_EVENT_LOOPS (cores per listener), PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS (1),
@@ -23,6 +25,8 @@ do {
     configuration.productionPort = try env.int("PUSH_SIM_PRODUCTION_PORT", default: 2197)
     configuration.sandboxPort = try env.int("PUSH_SIM_SANDBOX_PORT", default: 2198)
     configuration.adminPort = try env.int("PUSH_SIM_ADMIN_PORT", default: 8081)
+    configuration.adminHost = env.string("PUSH_SIM_ADMIN_HOST", default: "127.0.0.1")
+    try HTTP2ServerLimits.apply(environment: env, to: &configuration.limits, settings: &configuration.settings)
     configuration.clientCAFile = env.string("PUSH_SIM_CLIENT_CA_FILE")
     configuration.recordLimit = try env.int("PUSH_SIM_RECORD_LIMIT", default: 10_000)
     configuration.eventLoopCount = try env.int("PUSH_SIM_EVENT_LOOPS", default: configuration.eventLoopCount)

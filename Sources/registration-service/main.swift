@@ -24,6 +24,9 @@ do {
     if let certificate = env.string("PUSH_GRPC_TLS_CERT_FILE") {
         http2.tls = HTTP2ServerTLS(certificateChainFile: certificate, privateKeyFile: try env.required("PUSH_GRPC_TLS_KEY_FILE"))
     }
+    // PUSH_HTTP2_*: connection, header-list, window and timeout limits (docs/http2-server-limits.md).
+    try HTTP2ServerLimits.apply(environment: env, to: &http2.limits, settings: &http2.settings)
+    try http2.limits.validate(settings: http2.settings)
     let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
     var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
     configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1")

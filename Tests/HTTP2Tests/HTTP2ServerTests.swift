@@ -52,7 +52,7 @@ struct HTTP2ServerTests {
     @Test func oversizedBodyIsRefusedWith413() async throws {
         let seen = Recorder()
         var configuration = HTTP2Server.Configuration()
-        configuration.maxRequestBodyBytes = 10_000
+        configuration.limits.maxRequestBodyBytes = 10_000
         let server = try HTTP2Server.start(configuration: configuration) { request, responder in
             seen.add(request)
             responder.respond(status: 200)

@@ -14,7 +14,8 @@ import Synchronization
 ///   topic or adds a topic (repeatable). Defaults: `push.token-events.v1:6`, `push.send-requests.v1:6`,
 ///   `push.feedback.v1:6`, `push.dead-letter.v1:1`.
 /// - `--bootstrap-file PATH`: also write `HOST:PORT,…` (one line) to PATH, after the topics exist.
-/// - `--control-port PORT`: listen for control commands on 127.0.0.1:PORT (0 picks a free port).
+/// - `--control-port PORT`: listen for control commands on 127.0.0.1:PORT (0 picks a free port). Development
+///   only and unauthenticated (anyone who reaches it can take brokers down), so it binds to loopback only.
 ///
 /// Standard output: first line `bootstrap=HOST:PORT,…`; then `control=127.0.0.1:PORT` when a control
 /// port was asked for; then `ready`. The brokers' ports are random: librdkafka 2.0.2's mock has no
