@@ -68,6 +68,6 @@ let package = Package(
             dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
-            dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
+            dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),
     ]
 )

@@ -299,7 +299,7 @@ public final class GRPCServer: Sendable {
     static func respondTrailersOnly(_ responder: HTTP2Responder, _ status: GRPCStatus, extra: [HTTP2Header] = []) {
         var headers = [HTTP2Header("content-type", "application/grpc"), HTTP2Header("grpc-status", String(status.code.rawValue))]
         if !status.message.isEmpty { headers.append(HTTP2Header("grpc-message", GRPCWire.percentEncode(status.message))) }
-        responder.respond(status: 200, headers: headers + extra)
+        responder.respond(status: 200, headers: headers + status.metadata + extra)
     }
 }
 
