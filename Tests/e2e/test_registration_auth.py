@@ -122,7 +122,7 @@ def curl_json(method: str, body: dict, credential: str | None) -> tuple[int, dic
                "--data-binary", json.dumps(body), f"http://{address}/push.v1.TokenRegistry/{method}"]
     if credential is not None:
         command[1:1] = ["-H", f"authorization: Bearer {credential}"]
-    out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(command, check=True, capture_output=True, timeout=30).stdout.decode()  # keep the CRLFs
     head, _, payload = out.partition("\r\n\r\n")
     lines = head.split("\r\n")
     status = int(lines[0].split()[1])
@@ -367,12 +367,13 @@ def test_health_check_and_watch_follow_kafka():
         assert code_of(lambda: health.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=10)) == grpc.StatusCode.NOT_FOUND
         watch = health.Watch(health_pb2.HealthCheckRequest(service="push.v1.TokenRegistry"), timeout=120)
         assert next(watch).status == serving
+        brokers = range(1, len(stack.stack_env()["PUSH_KAFKA_BOOTSTRAP"].split(",")) + 1)
         try:
-            assert stack.kafka_control("down 1") == ["ok"]
+            assert stack.kafka_control(*[f"down {b}" for b in brokers]) == ["ok"] * len(brokers)
             assert next(watch).status == not_serving
             assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == not_serving
         finally:
-            assert stack.kafka_control("up 1") == ["ok"]
+            assert stack.kafka_control(*[f"up {b}" for b in brokers]) == ["ok"] * len(brokers)
         assert next(watch).status == serving
         watch.cancel()
         wait_for(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == serving, what="SERVING again")
