@@ -226,3 +226,25 @@ import Testing
         _ = try auth.authenticate(authorization: "Bearer \(limited.text)")
     }
 }
+
+/// The agreed metric names and bounded labels.
+@Suite struct RegistrationMetricsTests {
+    @Test func outcomesAndReasonsAreCounted() {
+        let registry = MetricsRegistry()
+        let metrics = RegistrationMetrics(registry: registry)
+        metrics.record(bundleID: "com.example.app", operation: .register, error: nil)
+        metrics.record(bundleID: "com.stranger.app", operation: .register, error: .unauthenticated("wrong_key", "x"))
+        metrics.record(bundleID: "com.example.app", operation: .admin, error: .denied("operation", "x"))
+        metrics.record(bundleID: "com.example.app", operation: .register, error: RegistrationError(code: .resourceExhausted, message: "x", reason: "rate_limited"))
+        metrics.record(bundleID: "com.example.app", operation: .unregister, error: .invalid("device_token", "x"))
+        #expect(registry.value("push_registrations_total", labels: ["com.example.app", "register", "ok"]) == 1)
+        // Refused credentials never put the requested bundle id into a label.
+        #expect(registry.value("push_registrations_total", labels: ["", "register", "unauthenticated"]) == 1)
+        #expect(registry.value("push_registrations_total", labels: ["com.stranger.app", "register", "unauthenticated"]) == nil)
+        #expect(registry.value("push_registrations_total", labels: ["", "admin", "permission_denied"]) == 1)
+        #expect(registry.value("push_registrations_total", labels: ["com.example.app", "unregister", "invalid_argument"]) == 1)
+        #expect(registry.value("push_auth_failures_total", labels: ["wrong_key"]) == 1)
+        #expect(registry.value("push_auth_failures_total", labels: ["operation"]) == 1)
+        #expect(registry.value("push_rate_limited_total") == 1)
+    }
+}
