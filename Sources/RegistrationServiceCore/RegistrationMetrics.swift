@@ -43,7 +43,8 @@ public struct RegistrationMetrics: Sendable {
         } else {
             outcome = "ok"
         }
-        let bundle = error?.code == .unauthenticated || error?.code == .permissionDenied || error?.code == .resourceExhausted ? "" : bundleID
+        // Only calls that passed authorization (succeeded, or failed at Kafka) name their bundle id.
+        let bundle = error == nil || error?.code == .unavailable ? bundleID : ""
         registrations.increment(labels: [bundle, operation.rawValue, outcome])
     }
 }
