@@ -61,7 +61,7 @@ let package = Package(
         .target(name: "PushTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PushTestSupport", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
-        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
+        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushTestSupport", "ServiceCore"],
@@ -72,6 +72,6 @@ let package = Package(
             dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
-            dependencies: ["RegistrationServiceCore", "Kafka", "PushMessages", "ServiceCore"]),
+            dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),
     ]
 )

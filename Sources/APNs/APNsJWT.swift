@@ -42,10 +42,10 @@ public struct APNsJWT: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// base64url without padding (RFC 4648 §5), as JWS uses it (RFC 7515 §2).
-enum Base64URL {
+public enum Base64URL {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
-    static func encode(_ bytes: [UInt8]) -> String {
+    public static func encode(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)
         var index = 0
@@ -66,10 +66,10 @@ enum Base64URL {
     }
 
     /// Decodes unpadded base64url; `nil` on any character outside the alphabet or an impossible length.
-    static func decode(_ text: Substring) -> [UInt8]? { decode(Array(text.utf8), urlSafe: true) }
+    public static func decode(_ text: Substring) -> [UInt8]? { decode(Array(text.utf8), urlSafe: true) }
 
     /// Decodes standard or URL-safe base64, with or without `=` padding; `nil` when malformed.
-    static func decode(_ input: [UInt8], urlSafe: Bool) -> [UInt8]? {
+    public static func decode(_ input: [UInt8], urlSafe: Bool) -> [UInt8]? {
         var text = input
         while text.last == UInt8(ascii: "=") { text.removeLast() }
         guard text.count % 4 != 1 else { return nil }

@@ -14,6 +14,8 @@
 #include <openssl/pkcs12.h>
 #include <openssl/provider.h>
 #include <openssl/sha.h>
+#include <openssl/hmac.h>
+#include <openssl/crypto.h>
 
 /* OpenSSL macros Swift cannot call: static inline wrappers. */
 static inline long shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {

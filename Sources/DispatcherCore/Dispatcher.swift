@@ -455,14 +455,14 @@ public final class Dispatcher: Sendable {
         }
         guard !events.isEmpty else { return }
         do {
-            try await store.apply(events.map(\.1))
+            try await announceForgotten(store.applyBatch(events.map(\.1)).forgotten)
             metrics.tokenEventsApplied.increment(by: Double(events.count))
         } catch let error as PostgresError where error.isCausedByTheData {
             // One event of the batch is refused for its content: apply them one by one, so that only
             // that one goes to the dead-letter topic.
             for (message, event) in events {
                 do {
-                    try await store.apply(event)
+                    try await announceForgotten(store.applyOne(event).forgotten)
                     metrics.tokenEventsApplied.increment()
                 } catch let error as PostgresError where error.isCausedByTheData {
                     logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
@@ -470,6 +470,26 @@ public final class Dispatcher: Sendable {
                     metrics.deadLetters.increment(labels: ["refused_by_postgres"])
                 }
             }
+        }
+    }
+
+    /// Publishes a `TokenInvalidated` (outcome reason `USER_FORGOTTEN`) for every row a forgotten
+    /// user had, keyed by the token, with a deterministic event id (a redelivered forget event
+    /// repeats the same ids).
+    private func announceForgotten(_ forgotten: [TokenEventsApplied.ForgottenToken]) async throws {
+        for row in forgotten {
+            var invalidated = TokenInvalidated()
+            invalidated.deviceToken = row.deviceToken
+            invalidated.bundleID = row.bundleID
+            invalidated.environment = row.environment == "sandbox" ? .sandbox : .production
+            invalidated.userID = row.userID
+            invalidated.installationID = row.installationID
+            invalidated.outcomeReason = .userForgotten
+            let id = FeedbackEventID.tokenInvalidated(deviceToken: row.deviceToken, apnsTimestampMs: row.eventTimeMs, requestID: "user-forgotten")
+            try await feedback.publish(feedback.event(id: id, .tokenInvalidated(invalidated)), key: row.deviceToken)
+        }
+        if !forgotten.isEmpty {
+            logger.notice("user forgotten: tokens deactivated and announced", ["tokens": "\(forgotten.count)", "bundle_id": forgotten[0].bundleID])
         }
     }
 

@@ -58,6 +58,39 @@ public struct SendLogRetention: Sendable {
         return deleted
     }
 
+    /// Deletes the rows of forgotten users (`USER_FORGOTTEN`, inactive reason `forgotten`) whose
+    /// forget is older than the retention, with every send_log entry of their tokens, `batchSize`
+    /// tokens per statement. A token registered again after the forget is active and stays.
+    /// - Returns: the number of token rows deleted.
+    /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
+    @discardableResult
+    public func deleteForgotten() async throws -> Int {
+        let milliseconds = retention.wholeMilliseconds
+        var deleted = 0
+        while true {
+            try Task.checkCancellation()
+            let rows = try await pool.withConnection { connection in
+                try await connection.query("""
+                    WITH gone AS (
+                        DELETE FROM device_tokens WHERE device_token IN (
+                            SELECT device_token FROM device_tokens
+                             WHERE status = 'inactive' AND inactive_reason = 'forgotten'
+                               AND inactive_at_ms < (extract(epoch FROM now()) * 1000)::bigint - $1::bigint
+                             LIMIT $2)
+                        RETURNING device_token),
+                    logs AS (DELETE FROM send_log WHERE device_token IN (SELECT device_token FROM gone) RETURNING 1)
+                    SELECT (SELECT count(*) FROM gone)::bigint AS tokens, (SELECT count(*) FROM logs)::bigint AS logs
+                    """,
+                    [.int64(milliseconds), .int(batchSize)], prepared: true)
+            }
+            let count = Int(try rows.first?.int64("tokens") ?? 0)
+            deleted += count
+            if count < batchSize { break }
+        }
+        if deleted > 0 { logger.info("deleted forgotten users' token rows and their send_log entries", ["tokens": String(deleted)]) }
+        return deleted
+    }
+
     /// Runs `deleteExpired()` now and then every `interval` until the task is cancelled; a failed
     /// pass is logged and tried again at the next interval.
     /// - Parameter interval: the pause between the end of one pass and the start of the next.
@@ -65,6 +98,7 @@ public struct SendLogRetention: Sendable {
         while !Task.isCancelled {
             do {
                 try await deleteExpired()
+                try await deleteForgotten()
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("deleting expired send_log rows failed", ["error": "\(error)"])

@@ -28,6 +28,16 @@ import PushMessages
 /// - Each layer's replacement runs after that layer's upserts, as its own statement, so it sees the
 ///   rows they wrote; the keys in one layer are distinct, so replacements touch disjoint rows.
 ///
+/// Installation replacement is scoped to the registration's user (only rows with the same `user_id`,
+/// or both none, are replaced). The argument above holds unchanged: the user id is a column the
+/// other event's registration overwrites, so it moves the row out of the replaced set exactly as a
+/// new key does, in either order.
+///
+/// Two kinds of events touch rows that no token or key names, and are applied *alone*, in a layer
+/// of their own after every earlier event and before every later one (a barrier): a registration with
+/// a `previous_token` (it also deactivates that token's row) and a `USER_FORGOTTEN` event (every row
+/// of a user). Both are rare, so exactness costs almost nothing.
+///
 /// Collapsing repeated tokens to their newest event instead would not be exact: an older
 /// registration of the token with another installation id can still replace that installation's
 /// older tokens when applied one by one, and the newest event alone would not.
@@ -48,6 +58,8 @@ struct TokenEventBatch: Sendable, Equatable {
         var eventTimeMs: Int64
         /// A JSON object.
         var attributes: String
+        /// The token this registration replaces (lowercase hex); empty when none.
+        var previousToken: String = ""
 
         /// The tokens this registration replaces share this key; `nil` without an installation id.
         var replacementKey: ReplacementKey? {
@@ -55,7 +67,7 @@ struct TokenEventBatch: Sendable, Equatable {
         }
 
         init(token: String, bundleID: String, environment: String, kind: String, userID: String = "",
-             installationID: String = "", eventTimeMs: Int64, attributes: String = "{}") {
+             installationID: String = "", eventTimeMs: Int64, attributes: String = "{}", previousToken: String = "") {
             self.token = token
             self.bundleID = bundleID
             self.environment = environment
@@ -64,16 +76,25 @@ struct TokenEventBatch: Sendable, Equatable {
             self.installationID = installationID
             self.eventTimeMs = eventTimeMs
             self.attributes = attributes
+            self.previousToken = previousToken
         }
 
-        init(_ device: Device, at eventTimeMs: Int64) {
+        init(_ device: Device, at eventTimeMs: Int64, previousToken: String = "") {
             self.init(
                 token: device.deviceToken, bundleID: device.bundleID,
                 environment: device.environment == .sandbox ? "sandbox" : "production",
                 kind: device.kind.storedName ?? APNsTokenKind.standard.rawValue,
                 userID: device.userID, installationID: device.installationID, eventTimeMs: eventTimeMs,
-                attributes: TokenStore.jsonObject(device.attributes))
+                attributes: TokenStore.jsonObject(device.attributes), previousToken: previousToken)
         }
+    }
+
+    /// A forgotten user of one app: every row of (bundle id, user id) older than the event.
+    struct Forget: Sendable, Hashable {
+        var bundleID: String
+        var userID: String
+        /// ms since the UNIX epoch.
+        var eventTimeMs: Int64
     }
 
     /// An unregistration: only the token, its bundle id (checked against the row's) and the time.
@@ -96,33 +117,46 @@ struct TokenEventBatch: Sendable, Equatable {
     struct Layer: Sendable, Equatable {
         var registrations: [Registration] = []
         var unregistrations: [Unregistration] = []
+        /// Only in a barrier layer, alone.
+        var forgets: [Forget] = []
 
-        var isEmpty: Bool { registrations.isEmpty && unregistrations.isEmpty }
-        var count: Int { registrations.count + unregistrations.count }
+        var isEmpty: Bool { registrations.isEmpty && unregistrations.isEmpty && forgets.isEmpty }
+        var count: Int { registrations.count + unregistrations.count + forgets.count }
     }
 
     /// The layers, to apply in order.
     private(set) var layers: [Layer] = []
 
-    /// Splits `events` (offset order). Events without a device and actions other than registered
-    /// and unregistered change nothing, as in `TokenStore.apply(_:)` for one event, and are dropped.
+    /// Splits `events` (offset order). Events without a device and actions other than registered,
+    /// unregistered and user forgotten change nothing, as in `TokenStore.apply(_:)` for one event,
+    /// and are dropped.
     init(_ events: some Sequence<TokenEvent>) {
         var lastLayerOfToken: [String: Int] = [:]
         var lastLayerOfKey: [ReplacementKey: Int] = [:]
+        // No event goes below this layer: the layer after the last barrier.
+        var floor = 0
         for event in events {
             guard let device = event.device else { continue }
             switch event.action {
+            case .registered where !event.previousToken.isEmpty:
+                let layer = layers.count
+                place(layer) { $0.registrations.append(Registration(device, at: event.eventTimeMs, previousToken: event.previousToken)) }
+                floor = layer + 1
+            case .userForgotten:
+                let layer = layers.count
+                place(layer) { $0.forgets.append(Forget(bundleID: device.bundleID, userID: device.userID, eventTimeMs: event.eventTimeMs)) }
+                floor = layer + 1
             case .registered:
                 let registration = Registration(device, at: event.eventTimeMs)
                 let key = registration.replacementKey
-                var layer = lastLayerOfToken[registration.token].map { $0 + 1 } ?? 0
+                var layer = max(floor, lastLayerOfToken[registration.token].map { $0 + 1 } ?? 0)
                 if let key, let keyLayer = lastLayerOfKey[key] { layer = max(layer, keyLayer + 1) }
                 place(layer) { $0.registrations.append(registration) }
                 lastLayerOfToken[registration.token] = layer
                 if let key { lastLayerOfKey[key] = layer }
             case .unregistered:
                 let unregistration = Unregistration(token: device.deviceToken, bundleID: device.bundleID, eventTimeMs: event.eventTimeMs)
-                let layer = lastLayerOfToken[unregistration.token].map { $0 + 1 } ?? 0
+                let layer = max(floor, lastLayerOfToken[unregistration.token].map { $0 + 1 } ?? 0)
                 place(layer) { $0.unregistrations.append(unregistration) }
                 lastLayerOfToken[unregistration.token] = layer
             default:

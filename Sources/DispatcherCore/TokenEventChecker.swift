@@ -27,14 +27,30 @@ public enum TokenEventChecker {
         }
         switch event.action {
         case .registered:
-            event.device = try DeviceValidator.normalized(device)
+            let normalized = try DeviceValidator.normalized(device)
+            event.device = normalized
+            if !event.previousToken.isEmpty {
+                event.previousToken = try DeviceValidator.normalizedToken(event.previousToken, field: "previous_token")
+                guard event.previousToken != normalized.deviceToken else {
+                    throw InvalidFieldError("previous_token", "is the same token as device.device_token")
+                }
+            }
         case .unregistered:
             var normalized = device
             normalized.deviceToken = try DeviceValidator.normalizedToken(device.deviceToken, field: "device.device_token")
             try DeviceValidator.checkBundleID(device.bundleID, field: "device.bundle_id")
             event.device = normalized
+        case .userForgotten:
+            try DeviceValidator.checkBundleID(device.bundleID, field: "device.bundle_id")
+            guard !device.userID.isEmpty else { throw InvalidFieldError("device.user_id", "is required for USER_FORGOTTEN") }
+            guard device.deviceToken.isEmpty else { throw InvalidFieldError("device.device_token", "must be empty for USER_FORGOTTEN") }
+            let expected = "user:\(device.bundleID):\(device.userID)"
+            if let key = message.key, String(decoding: key, as: UTF8.self) != expected {
+                throw InvalidFieldError("key", "the record key of USER_FORGOTTEN must be \(expected)")
+            }
+            return event
         default:
-            throw InvalidFieldError("action", "must be REGISTERED or UNREGISTERED")
+            throw InvalidFieldError("action", "must be REGISTERED, UNREGISTERED or USER_FORGOTTEN")
         }
         if let key = message.key, let token = event.device?.deviceToken, String(decoding: key, as: UTF8.self) != token {
             // Keyed by another token, the event could be applied out of order with that token's events.

@@ -1,6 +1,27 @@
 import Postgres
 import PushMessages
 
+/// What applying token events did: how many events changed the table, and the rows that
+/// `USER_FORGOTTEN` events deactivated (the dispatcher announces each as `TokenInvalidated`).
+public struct TokenEventsApplied: Sendable, Equatable {
+    /// A row a forgotten user had.
+    public struct ForgottenToken: Sendable, Equatable {
+        public var deviceToken: String
+        public var bundleID: String
+        public var userID: String
+        public var installationID: String
+        /// `sandbox` or `production`.
+        public var environment: String
+        /// The forget event's time, ms since the UNIX epoch.
+        public var eventTimeMs: Int64
+    }
+
+    /// The number of events that changed the table.
+    public var changed = 0
+    /// The rows forgotten, in no particular order.
+    public var forgotten: [ForgottenToken] = []
+}
+
 extension TokenStore {
     /// The transaction-level advisory lock that serializes token-event batches (an arbitrary constant
     /// of this project; migrations use their own key).
@@ -11,7 +32,9 @@ extension TokenStore {
     /// newer than the token's last applied event; a registration newer than Apple's invalidation
     /// reactivates the token; an unregistration of an unknown token leaves an inactive row, and one
     /// naming another bundle id changes nothing; a registration with an installation id deactivates
-    /// the older active tokens of the same bundle id, installation id and kind.
+    /// the older active tokens of the same bundle id, installation id, kind and user id (or none); a
+    /// registration with a previous token deactivates that token when it has the same bundle id and
+    /// user; a forgotten user's rows become inactive (`forgotten`).
     ///
     /// The events are split into layers in which no token and no (bundle id, installation id, kind)
     /// appears twice (`TokenEventBatch` explains why that is exact); each layer costs at most three
@@ -25,20 +48,69 @@ extension TokenStore {
     ///   when one token is not lowercase hex of 64 to 512 characters).
     @discardableResult
     public func apply(_ events: [TokenEvent]) async throws -> Int {
+        try await applyBatch(events).changed
+    }
+
+    /// `apply(_:)` for a batch, with the rows that `USER_FORGOTTEN` events deactivated.
+    /// - Throws: as `apply(_:)`.
+    public func applyBatch(_ events: [TokenEvent]) async throws -> TokenEventsApplied {
         let batch = TokenEventBatch(events)
-        guard batch.eventCount > 0 else { return 0 }
+        guard batch.eventCount > 0 else { return TokenEventsApplied() }
         return try await pool.withTransaction { connection in
             // One token-event batch at a time across every replica: an installation replacement
             // updates rows of other tokens (other partitions), so two concurrent batches can lock the
             // same rows in opposite orders and deadlock (SQLSTATE 40P01). Serialized, one writer
             // applies batches of hundreds of events each, far faster than batches that deadlock.
             _ = try await connection.query("SELECT pg_advisory_xact_lock($1)", [.int64(Self.tokenEventsLockKey)], prepared: true)
-            var changed = 0
+            var applied = TokenEventsApplied()
             for layer in batch.layers {
-                changed += try await Self.apply(layer, on: connection)
+                applied.changed += try await Self.apply(layer, on: connection)
+                for forget in layer.forgets {
+                    let forgotten = try await Self.forget(forget, on: connection)
+                    applied.changed += forgotten.isEmpty ? 0 : 1
+                    applied.forgotten += forgotten
+                }
             }
-            return changed
+            return applied
         }
+    }
+
+    /// Deactivates the registration's previous token (reason `replaced`) when its row has the same
+    /// bundle id and user id (or both none), is active and has an older last event.
+    static func replacePrevious(_ registration: TokenEventBatch.Registration, on connection: PostgresConnection) async throws {
+        try await connection.execute("""
+            UPDATE device_tokens
+               SET status = 'inactive', inactive_reason = 'replaced', inactive_at_ms = $4, updated_at = now()
+             WHERE device_token = $1 AND bundle_id = $2 AND user_id IS NOT DISTINCT FROM NULLIF($3, '')
+               AND status = 'active' AND last_event_at_ms < $4
+            """,
+            [.string(registration.previousToken), .string(registration.bundleID), .string(registration.userID),
+             .int64(registration.eventTimeMs)],
+            prepared: true)
+    }
+
+    /// Forgets a user of one app: every row of (bundle id, user id) whose last event is older than
+    /// the forget becomes inactive with reason `forgotten` and the forget's time as its last event
+    /// (so a delayed older registration cannot bring it back); `SendLogRetention` deletes these rows
+    /// and their send_log entries after the retention. Returns the rows, for announcements.
+    static func forget(_ forget: TokenEventBatch.Forget, on connection: PostgresConnection) async throws -> [TokenEventsApplied.ForgottenToken] {
+        let rows = try await connection.query("""
+            UPDATE device_tokens
+               SET status = 'inactive', inactive_reason = 'forgotten', inactive_at_ms = $3,
+                   last_event_at_ms = $3, updated_at = now()
+             WHERE bundle_id = $1 AND user_id = $2 AND last_event_at_ms < $3
+            RETURNING device_token, installation_id, environment
+            """,
+            [.string(forget.bundleID), .string(forget.userID), .int64(forget.eventTimeMs)],
+            prepared: true)
+        var forgotten: [TokenEventsApplied.ForgottenToken] = []
+        for row in rows {
+            forgotten.append(TokenEventsApplied.ForgottenToken(
+                deviceToken: try row.string("device_token") ?? "", bundleID: forget.bundleID, userID: forget.userID,
+                installationID: try row.string("installation_id") ?? "", environment: try row.string("environment") ?? "production",
+                eventTimeMs: forget.eventTimeMs))
+        }
+        return forgotten
     }
 
     /// Writes one layer: the registrations' upsert, then the replacements of those that changed the
@@ -94,17 +166,23 @@ extension TokenStore {
                 try await connection.execute("""
                     UPDATE device_tokens AS d
                        SET status = 'inactive', inactive_reason = 'replaced', inactive_at_ms = r.at_ms, updated_at = now()
-                      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-                           AS r(bundle, installation, kind, token, at_ms)
+                      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
+                           AS r(bundle, installation, kind, token, at_ms, user_id)
                      WHERE d.bundle_id = r.bundle AND d.installation_id = r.installation AND d.token_kind = r.kind
+                       AND d.user_id IS NOT DISTINCT FROM NULLIF(r.user_id, '')
                        AND d.device_token <> r.token AND d.status = 'active' AND d.last_event_at_ms < r.at_ms
                     """,
                     [.string(PostgresArrayLiteral.text(replacing.map(\.bundleID))),
                      .string(PostgresArrayLiteral.text(replacing.map(\.installationID))),
                      .string(PostgresArrayLiteral.text(replacing.map(\.kind))),
                      .string(PostgresArrayLiteral.text(replacing.map(\.token))),
-                     .string(PostgresArrayLiteral.int64(replacing.map(\.eventTimeMs)))],
+                     .string(PostgresArrayLiteral.int64(replacing.map(\.eventTimeMs))),
+                     .string(PostgresArrayLiteral.text(replacing.map(\.userID)))],
                     prepared: true)
+            }
+            // Only barrier layers hold a registration with a previous token (alone).
+            for registration in registrations where !registration.previousToken.isEmpty && changedTokens.contains(registration.token) {
+                try await replacePrevious(registration, on: connection)
             }
         }
         if !layer.unregistrations.isEmpty {

@@ -24,18 +24,29 @@ public final class TokenStore: Sendable {
     /// - Throws: `PostgresError`.
     @discardableResult
     public func apply(_ event: TokenEvent) async throws -> Bool {
-        guard let device = event.device else { return false }
+        try await applyOne(event).changed > 0
+    }
+
+    /// `apply(_:)` for one event, with the rows a `USER_FORGOTTEN` event deactivated (to announce).
+    /// - Throws: `PostgresError`.
+    public func applyOne(_ event: TokenEvent) async throws -> TokenEventsApplied {
+        guard let device = event.device else { return TokenEventsApplied() }
         switch event.action {
         case .registered:
-            return try await register(device, at: event.eventTimeMs)
+            return TokenEventsApplied(changed: try await register(device, at: event.eventTimeMs, previousToken: event.previousToken) ? 1 : 0)
         case .unregistered:
-            return try await unregister(token: device.deviceToken, bundleID: device.bundleID, at: event.eventTimeMs)
+            return TokenEventsApplied(changed: try await unregister(token: device.deviceToken, bundleID: device.bundleID, at: event.eventTimeMs) ? 1 : 0)
+        case .userForgotten:
+            let forgotten = try await pool.withTransaction { connection in
+                try await Self.forget(TokenEventBatch.Forget(bundleID: device.bundleID, userID: device.userID, eventTimeMs: event.eventTimeMs), on: connection)
+            }
+            return TokenEventsApplied(changed: forgotten.isEmpty ? 0 : 1, forgotten: forgotten)
         default:
-            return false
+            return TokenEventsApplied()
         }
     }
 
-    private func register(_ device: Device, at eventTime: Int64) async throws -> Bool {
+    private func register(_ device: Device, at eventTime: Int64, previousToken: String) async throws -> Bool {
         let environment = device.environment == .sandbox ? "sandbox" : "production"
         let kind = device.kind.storedName ?? APNsTokenKind.standard.rawValue
         let attributes = Self.jsonObject(device.attributes)
@@ -69,15 +80,22 @@ public final class TokenStore: Sendable {
                  .string(device.userID), .string(device.installationID), .int64(eventTime), .jsonb(attributes)])
             guard !changed.isEmpty else { return false }
             if !device.installationID.isEmpty {
-                // A new token of the same installation, app and kind replaces the older ones.
+                // A new token of the same installation, app and kind replaces the older ones of the
+                // same user (or of no user when it has none): a stranger reusing someone's
+                // installation id cannot deactivate their token.
                 try await connection.execute("""
                     UPDATE device_tokens
                        SET status = 'inactive', inactive_reason = 'replaced', inactive_at_ms = $5, updated_at = now()
                      WHERE bundle_id = $1 AND installation_id = $2 AND token_kind = $3 AND device_token <> $4
+                       AND user_id IS NOT DISTINCT FROM NULLIF($6, '')
                        AND status = 'active' AND last_event_at_ms < $5
                     """,
                     [.string(device.bundleID), .string(device.installationID), .string(kind),
-                     .string(device.deviceToken), .int64(eventTime)])
+                     .string(device.deviceToken), .int64(eventTime), .string(device.userID)])
+            }
+            if !previousToken.isEmpty {
+                try await Self.replacePrevious(
+                    TokenEventBatch.Registration(device, at: eventTime, previousToken: previousToken), on: connection)
             }
             return true
         }

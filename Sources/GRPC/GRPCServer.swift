@@ -1,5 +1,6 @@
 import Foundation
 import HTTP2
+import ProtobufCodec
 import Synchronization
 
 /// What a unary handler knows about its call.
@@ -22,7 +23,19 @@ public struct GRPCRouter: Sendable {
     /// `GRPCStatus` to end the call with that status; any other error becomes UNKNOWN.
     public typealias UnaryHandler = @Sendable (_ request: [UInt8], _ context: GRPCContext) async throws -> [UInt8]
 
-    var routes: [String: UnaryHandler] = [:]
+    /// A streaming method, buffered on the request side: every request message of the call (the
+    /// client half-closed), then responses written through the writer as they are produced. Serves
+    /// server-streaming calls (one request) and bidirectional ones whose client sends all requests
+    /// before reading (server reflection's clients do). Throw `GRPCStatus` to end with that status;
+    /// returning normally ends with OK. The task is cancelled when the client goes away.
+    public typealias StreamingHandler = @Sendable (_ requests: [[UInt8]], _ context: GRPCContext, _ responses: GRPCResponseWriter) async throws -> Void
+
+    enum Route: Sendable {
+        case unary(UnaryHandler)
+        case streaming(StreamingHandler, singleRequest: Bool)
+    }
+
+    var routes: [String: Route] = [:]
     /// Serves requests whose `content-type` is not `application/grpc…` (for example JSON over HTTP/2
     /// on `/v1/…`). Runs on the connection's thread like any `HTTP2Server.Handler`. When nil, such
     /// requests get HTTP 415.
@@ -33,7 +46,87 @@ public struct GRPCRouter: Sendable {
 
     /// Registers `handler` for `/service/method` (`service` is fully qualified: `push.v1.Registration`).
     public mutating func register(service: String, method: String, _ handler: @escaping UnaryHandler) {
-        routes["/\(service)/\(method)"] = handler
+        routes["/\(service)/\(method)"] = .unary(handler)
+    }
+
+    /// Registers a unary method by its generated descriptor: the path and message types come from
+    /// `method`; an undecodable request gets INVALID_ARGUMENT naming the message.
+    public mutating func register<Method: ProtobufRPCMethod>(
+        _ method: Method.Type, _ handler: @escaping @Sendable (Method.Input, GRPCContext) async throws -> Method.Output
+    ) {
+        precondition(!method.isClientStreaming && !method.isServerStreaming, "\(method.path) is a streaming method")
+        routes[method.path] = .unary { bytes, context in
+            let request = try Self.decode(Method.Input.self, bytes)
+            return try await handler(request, context).serializedBytes()
+        }
+    }
+
+    /// Registers a streaming method by its generated descriptor (see `StreamingHandler`): a
+    /// server-streaming method gets exactly one request (else INTERNAL, as gRPC answers a unary
+    /// request stream with more than one message), a bidirectional one every request of the call.
+    public mutating func registerStreaming<Method: ProtobufRPCMethod>(
+        _ method: Method.Type,
+        _ handler: @escaping @Sendable (_ requests: [Method.Input], _ context: GRPCContext, _ responses: GRPCResponseWriter) async throws -> Void
+    ) {
+        precondition(method.isServerStreaming, "\(method.path) is not a streaming method")
+        routes[method.path] = .streaming({ messages, context, writer in
+            var requests: [Method.Input] = []
+            requests.reserveCapacity(messages.count)
+            for bytes in messages { requests.append(try Self.decode(Method.Input.self, bytes)) }
+            try await handler(requests, context, writer)
+        }, singleRequest: !method.isClientStreaming)
+    }
+
+    /// The method paths served, in no particular order.
+    public var paths: [String] { Array(routes.keys) }
+
+    private static func decode<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(GRPCStatus) -> M {
+        do {
+            return try M(protobufBytes: bytes)
+        } catch {
+            throw GRPCStatus(.invalidArgument, "undecodable \(M.protoMessageName): \(error)")
+        }
+    }
+}
+
+/// Writes the responses of a streaming call. The first `send` starts the response (HEADERS); the
+/// call ends when the handler returns or throws (trailers), or earlier with `finish`.
+public final class GRPCResponseWriter: Sendable {
+    private let responder: HTTP2Responder
+    private let state = Mutex((started: false, finished: false))
+
+    init(responder: HTTP2Responder) { self.responder = responder }
+
+    /// Sends one response message; ignored once the call finished.
+    public func send<M: ProtobufMessage>(_ message: M) {
+        let start = state.withLock { state -> Bool? in
+            if state.finished { return nil }
+            defer { state.started = true }
+            return !state.started
+        }
+        guard let start else { return }
+        if start { responder.startStreaming(status: 200, headers: [HTTP2Header("content-type", "application/grpc")]) }
+        responder.send(GRPCWire.frame(message.serializedBytes()))
+    }
+
+    /// Ends the call with `status` (OK by default); later calls and sends are ignored.
+    /// - Returns: false when the call had already ended.
+    @discardableResult
+    public func finish(_ status: GRPCStatus = GRPCStatus(.ok)) -> Bool {
+        let started = state.withLock { state -> Bool? in
+            if state.finished { return nil }
+            state.finished = true
+            return state.started
+        }
+        guard let started else { return false }
+        if started {
+            var trailers = [HTTP2Header("grpc-status", String(status.code.rawValue))]
+            if !status.message.isEmpty { trailers.append(HTTP2Header("grpc-message", GRPCWire.percentEncode(status.message))) }
+            responder.finish(trailers: trailers)
+        } else {
+            GRPCServer.respondTrailersOnly(responder, status)
+        }
+        return true
     }
 }
 
@@ -110,7 +203,7 @@ public final class GRPCServer: Sendable {
                                 extra: [HTTP2Header("grpc-accept-encoding", "identity")])
             return
         }
-        guard let handler = router.routes[request.path] else {
+        guard let route = router.routes[request.path] else {
             respondTrailersOnly(responder, GRPCStatus(.unimplemented, "Method not found: \(request.path)"))
             return
         }
@@ -122,6 +215,29 @@ public final class GRPCServer: Sendable {
             }
             timeout = parsed
         }
+        let context = GRPCContext(
+            path: request.path,
+            metadata: request.headers.filter { !transportHeaders.contains($0.name) },
+            deadline: timeout.map { ContinuousClock.now + $0 },
+            connection: request.connection)
+        let handler: UnaryHandlerBox
+        switch route {
+        case .unary(let unary):
+            handler = UnaryHandlerBox(unary)
+        case .streaming(let streaming, let singleRequest):
+            let messages: [[UInt8]]
+            do throws(GRPCStatus) {
+                messages = try GRPCWire.unframeAll(request.body, maxSize: maxSize)
+                if singleRequest && messages.count != 1 {
+                    throw GRPCStatus(.internal, messages.isEmpty ? "request has no message" : "more than one message in a server-streaming request")
+                }
+            } catch {
+                respondTrailersOnly(responder, error)
+                return
+            }
+            serveStreaming(streaming, messages, context, responder, timeout: timeout)
+            return
+        }
         let message: [UInt8]
         do {
             message = try GRPCWire.unframeSingle(request.body, maxSize: maxSize)
@@ -129,15 +245,10 @@ public final class GRPCServer: Sendable {
             respondTrailersOnly(responder, error)
             return
         }
-        let context = GRPCContext(
-            path: request.path,
-            metadata: request.headers.filter { !transportHeaders.contains($0.name) },
-            deadline: timeout.map { ContinuousClock.now + $0 },
-            connection: request.connection)
         let call = CallCompletion(responder: responder)
         let work = Task {
             do {
-                let reply = try await handler(message, context)
+                let reply = try await handler.handler(message, context)
                 call.complete(.success(reply))
             } catch let status as GRPCStatus {
                 call.complete(.failure(status))
@@ -158,6 +269,33 @@ public final class GRPCServer: Sendable {
         }
     }
 
+    private static func serveStreaming(
+        _ handler: @escaping GRPCRouter.StreamingHandler, _ messages: [[UInt8]], _ context: GRPCContext,
+        _ responder: HTTP2Responder, timeout: Duration?
+    ) {
+        let writer = GRPCResponseWriter(responder: responder)
+        let work = Task {
+            do {
+                try await handler(messages, context, writer)
+                writer.finish()
+            } catch let status as GRPCStatus {
+                writer.finish(status)
+            } catch is CancellationError {
+                writer.finish(GRPCStatus(.cancelled, "the call was cancelled"))
+            } catch {
+                writer.finish(GRPCStatus(.unknown, String(describing: error), cause: error))
+            }
+        }
+        // The client went away (reset, connection closed) or the call ended: stop the producer.
+        responder.onClose { work.cancel() }
+        if let timeout {
+            Task {
+                try? await Task.sleep(for: timeout)
+                if writer.finish(GRPCStatus(.deadlineExceeded, "deadline of \(timeout) exceeded")) { work.cancel() }
+            }
+        }
+    }
+
     static func isGRPCContentType(_ value: String) -> Bool {
         guard value.hasPrefix("application/grpc") else { return false }
         let rest = value.dropFirst("application/grpc".count)
@@ -172,7 +310,7 @@ public final class GRPCServer: Sendable {
     static func trailersOnly(_ status: GRPCStatus, extra: [HTTP2Header] = []) -> HTTP2ServerResponse {
         var headers = [HTTP2Header("content-type", "application/grpc"), HTTP2Header("grpc-status", String(status.code.rawValue))]
         if !status.message.isEmpty { headers.append(HTTP2Header("grpc-message", GRPCWire.percentEncode(status.message))) }
-        return HTTP2ServerResponse(status: 200, headers: headers + extra)
+        return HTTP2ServerResponse(status: 200, headers: headers + status.metadata + extra)
     }
 
     /// The gRPC status of a call the HTTP/2 server answered at a limit (docs/http2-server-limits.md):
@@ -180,6 +318,12 @@ public final class GRPCServer: Sendable {
     static func limitStatusCode(_ limit: HTTP2ServerLimit) -> GRPCStatus.Code {
         limit == .requestBodyTimeout ? .deadlineExceeded : .resourceExhausted
     }
+}
+
+/// A unary handler, boxed so that the switch over routes can bind it.
+private struct UnaryHandlerBox: Sendable {
+    let handler: GRPCRouter.UnaryHandler
+    init(_ handler: @escaping GRPCRouter.UnaryHandler) { self.handler = handler }
 }
 
 /// Sends a call's outcome exactly once: the handler's result or the deadline, whichever comes first.

@@ -1,3 +1,5 @@
+import HTTP2
+
 /// A gRPC status: a code and a message (https://grpc.github.io/grpc/core/md_doc_statuscodes.html).
 ///
 /// It is also the GRPC module's error type: handlers throw it to end a call with that status, and any
@@ -60,6 +62,8 @@ public struct GRPCStatus: Error, Sendable, Equatable, CustomStringConvertible {
     public var message: String
     /// The underlying error, if any (never sent to the client).
     public var cause: (any Error)?
+    /// Extra trailing metadata sent with the status (for example `retry-after` with RESOURCE_EXHAUSTED).
+    public var metadata: [HTTP2Header] = []
 
     /// Creates a status.
     public init(_ code: Code, _ message: String = "", cause: (any Error)? = nil) {

@@ -36,6 +36,28 @@ public enum GRPCWire {
         return Array(body[5...])
     }
 
+    /// Reads every Length-Prefixed-Message of a streaming request body (possibly none).
+    /// - Throws: `GRPCStatus` as `unframeSingle(_:maxSize:)` for each message.
+    public static func unframeAll(_ body: [UInt8], maxSize: Int) throws(GRPCStatus) -> [[UInt8]] {
+        var messages: [[UInt8]] = []
+        var index = 0
+        while index < body.count {
+            guard body.count - index >= 5 else { throw GRPCStatus(.internal, "truncated message prefix") }
+            guard body[index] == 0 else {
+                if body[index] == 1 { throw GRPCStatus(.internal, "compressed message received but no compression was negotiated (grpc-encoding identity)") }
+                throw GRPCStatus(.internal, "invalid compressed-flag \(body[index])")
+            }
+            let length = Int(body[index + 1]) << 24 | Int(body[index + 2]) << 16 | Int(body[index + 3]) << 8 | Int(body[index + 4])
+            guard length <= maxSize else {
+                throw GRPCStatus(.resourceExhausted, "message of \(length) bytes exceeds the limit of \(maxSize) bytes")
+            }
+            guard body.count - index - 5 >= length else { throw GRPCStatus(.internal, "truncated message") }
+            messages.append(Array(body[(index + 5)..<(index + 5 + length)]))
+            index += 5 + length
+        }
+        return messages
+    }
+
     /// Parses `grpc-timeout` (1 to 8 digits and a unit H, M, S, m, u or n).
     /// Returns nil when the value is malformed.
     public static func parseTimeout(_ value: String) -> Duration? {

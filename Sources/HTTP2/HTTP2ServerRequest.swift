@@ -68,6 +68,36 @@ public struct HTTP2Responder: Sendable {
         respond(HTTP2ServerResponse(status: status, headers: headers, body: body, trailers: trailers))
     }
 
+    /// Starts a streaming response (for example a gRPC server-streaming call): sends the HEADERS
+    /// now; the body follows with `send(_:)` and ends with `finish(trailers:)`. Use instead of
+    /// `respond`, at most once.
+    public func startStreaming(status: Int, headers: [HTTP2Header]) {
+        onLoop { core, stream in core.startStreaming(stream, status: status, headers: headers) }
+    }
+
+    /// Sends `bytes` as DATA on a stream started with `startStreaming` (ignored after the stream closed).
+    public func send(_ bytes: [UInt8]) {
+        onLoop { core, stream in core.sendData(stream, bytes) }
+    }
+
+    /// Ends a stream started with `startStreaming` with `trailers` (END_STREAM).
+    public func finish(trailers: [HTTP2Header]) {
+        onLoop { core, stream in core.finishStreaming(stream, trailers: trailers) }
+    }
+
+    /// Calls `callback` once, on the connection's thread, when the stream closes for any reason
+    /// (the response ended, the client reset it, the connection closed); at once if it already has.
+    /// Long-lived responses use it to stop their producer when the client goes away.
+    public func onClose(_ callback: @escaping @Sendable () -> Void) {
+        onLoop { core, stream in core.onClose(stream, callback) }
+    }
+
+    private func onLoop(_ body: @escaping @Sendable (ServerCore, ServerStream) -> Void) {
+        let core = self.core
+        let stream = self.stream
+        if core.loop.inLoop { body(core, stream) } else { core.loop.execute { body(core, stream) } }
+    }
+
     /// Resets the stream with RST_STREAM carrying `code` (RFC 9113 §6.4) instead of answering.
     public func reset(_ code: HTTP2ErrorCode = .cancel) {
         let core = self.core

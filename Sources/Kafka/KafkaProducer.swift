@@ -75,6 +75,14 @@ public final class KafkaProducer: Sendable {
     /// Records sent but not yet acknowledged or failed.
     public var pendingCount: Int { core.pendingCount }
 
+    /// Whether a broker of the cluster answers a metadata request within `timeout`, and the producer
+    /// is not failed for good: the readiness signal of a service that produces (health checks).
+    /// Blocks the calling thread up to `timeout` (`rd_kafka_metadata`): call it on a `DedicatedThread`,
+    /// never on the cooperative pool.
+    public func brokersReachable(timeout: Duration) -> Bool {
+        core.brokersReachable(timeoutMilliseconds: Int32(clamping: timeout.wholeMilliseconds))
+    }
+
     /// The largest record this producer accepts, in bytes: librdkafka's effective `message.max.bytes`
     /// (`KafkaProducerConfiguration.maxMessageBytes` or an `additionalProperties` override; librdkafka's
     /// default is 1,000,000). Key, value and headers plus a per-record overhead of a few dozen bytes
@@ -139,6 +147,11 @@ final class ProducerCore: Sendable {
             s.maxMessageBytes = client.maxMessageBytes
             s.client = client
         }
+    }
+
+    func brokersReachable(timeoutMilliseconds: Int32) -> Bool {
+        guard let client = state.withLock({ s in s.failedPermanently == nil && !s.stopping ? s.client : nil }) else { return false }
+        return client.brokersReachable(timeoutMilliseconds: timeoutMilliseconds)
     }
 
     /// The first instance's effective `message.max.bytes` (replacements use the same properties).

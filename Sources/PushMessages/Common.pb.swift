@@ -368,8 +368,9 @@ public struct Device: ProtobufMessage {
     /// Field 5, `string user_id`.
     public var userID: String = ""
 
-    /// The app's own identifier for this install. A new token for the same installation and bundle id
-    /// deactivates the previous one.
+    /// The app's own identifier for this install. A new token for the same installation, bundle id
+    /// and kind deactivates the previous one, but only when that one has the same user_id (or both
+    /// have none): reusing someone else's installation_id cannot knock out their token.
     ///
     /// Field 6, `string installation_id`.
     public var installationID: String = ""

@@ -159,6 +159,11 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     ///
     /// `OUTCOME_REASON_INVALID_DEVICE_TOKEN = 13`.
     case invalidDeviceToken
+    /// The app's backend asked to forget the user (TokenRegistry.ForgetUser): the token was
+    /// deactivated and its row is deleted after the retention (TokenInvalidated only).
+    ///
+    /// `OUTCOME_REASON_USER_FORGOTTEN = 14`.
+    case userForgotten
     /// A number this version of the contract does not name; kept so it round-trips.
     case unrecognized(Int32)
 
@@ -166,7 +171,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     public static let protoEnumName = "push.v1.OutcomeReason"
 
     /// Every named value, in declaration order.
-    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken]
+    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten]
 
     /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
     public init(rawValue: Int32) {
@@ -185,6 +190,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case 11: self = .invalidRequest
         case 12: self = .stale
         case 13: self = .invalidDeviceToken
+        case 14: self = .userForgotten
         default: self = .unrecognized(rawValue)
         }
     }
@@ -206,6 +212,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .invalidRequest: 11
         case .stale: 12
         case .invalidDeviceToken: 13
+        case .userForgotten: 14
         case .unrecognized(let number): number
         }
     }
@@ -227,6 +234,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .invalidRequest: "OUTCOME_REASON_INVALID_REQUEST"
         case .stale: "OUTCOME_REASON_STALE"
         case .invalidDeviceToken: "OUTCOME_REASON_INVALID_DEVICE_TOKEN"
+        case .userForgotten: "OUTCOME_REASON_USER_FORGOTTEN"
         case .unrecognized: nil
         }
     }
@@ -248,6 +256,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case "OUTCOME_REASON_INVALID_REQUEST": self = .invalidRequest
         case "OUTCOME_REASON_STALE": self = .stale
         case "OUTCOME_REASON_INVALID_DEVICE_TOKEN": self = .invalidDeviceToken
+        case "OUTCOME_REASON_USER_FORGOTTEN": self = .userForgotten
         default: return nil
         }
     }

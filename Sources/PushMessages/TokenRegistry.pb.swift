@@ -14,6 +14,13 @@ public struct RegisterTokenRequest: ProtobufMessage {
     /// Field 1, `push.v1.Device device`.
     public var device: Device? = nil
 
+    /// The token this one replaces (the app's token rotated): applied with the registration in one
+    /// transaction, it deactivates the previous token when that token belongs to the same bundle id and
+    /// user id (or both have none). Same format rules as device.device_token; empty when none.
+    ///
+    /// Field 2, `string previous_token`.
+    public var previousToken: String = ""
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -22,9 +29,11 @@ public struct RegisterTokenRequest: ProtobufMessage {
 
     /// A message with the given field values; omitted ones keep their defaults.
     public init(
-        device: Device? = nil
+        device: Device? = nil,
+        previousToken: String = ""
     ) {
         self.device = device
+        self.previousToken = previousToken
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -35,6 +44,8 @@ public struct RegisterTokenRequest: ProtobufMessage {
                 var value = self.device ?? Device()
                 try reader.readMessage(into: &value)
                 self.device = value
+            case (2, .lengthDelimited):
+                self.previousToken = try reader.read(ProtobufString.self)
             default:
                 return false
             }
@@ -47,6 +58,7 @@ public struct RegisterTokenRequest: ProtobufMessage {
     private static func protoFieldName(_ number: Int) -> String {
         switch number {
         case 1: "device"
+        case 2: "previous_token"
         default: String(number)
         }
     }
@@ -54,6 +66,7 @@ public struct RegisterTokenRequest: ProtobufMessage {
     /// Appends the fields in number order, then the unknown fields.
     public func encodeFields(to writer: inout ProtobufWriter) {
         if let value = self.device { writer.writeMessage(value, number: 1) }
+        if !self.previousToken.isEmpty { writer.writeField(ProtobufString.self, self.previousToken, number: 2) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -66,6 +79,9 @@ public struct RegisterTokenRequest: ProtobufMessage {
                 case "device":
                     try seen.see(field: 1)
                     if !member.value.isNull { self.device = try member.value.decodeMessage(Device.self, options: options) }
+                case "previousToken", "previous_token":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.previousToken = try ProtobufString.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -78,6 +94,445 @@ public struct RegisterTokenRequest: ProtobufMessage {
     /// Appends the non-default fields as JSON object members.
     public func encodeJSONFields(to writer: inout JSONWriter) {
         if let value = self.device { writer.writeMessage(value, jsonName: "device", protoName: "device") }
+        if !self.previousToken.isEmpty { writer.writeField(ProtobufString.self, self.previousToken, jsonName: "previousToken", protoName: "previous_token") }
+    }
+}
+
+/// The message `push.v1.BatchRegisterTokensRequest`.
+public struct BatchRegisterTokensRequest: ProtobufMessage {
+    /// `push.v1.BatchRegisterTokensRequest`.
+    public static let protoMessageName = "push.v1.BatchRegisterTokensRequest"
+
+    /// 1 to 500 registrations.
+    ///
+    /// Field 1, `repeated push.v1.RegisterTokenRequest registrations`.
+    public var registrations: [RegisterTokenRequest] = []
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        registrations: [RegisterTokenRequest] = []
+    ) {
+        self.registrations = registrations
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                var value = RegisterTokenRequest()
+                try reader.readMessage(into: &value)
+                self.registrations.append(value)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "registrations"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        writer.writeRepeatedMessages(self.registrations, number: 1)
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "registrations":
+                    try seen.see(field: 1)
+                    self.registrations = try member.value.decodeRepeatedMessages(RegisterTokenRequest.self, options: options)
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        writer.writeRepeatedMessages(self.registrations, jsonName: "registrations", protoName: "registrations")
+    }
+}
+
+/// The outcome of one item of a batch.
+///
+/// The message `push.v1.BatchRegisterTokenResult`.
+public struct BatchRegisterTokenResult: ProtobufMessage {
+    /// `push.v1.BatchRegisterTokenResult`.
+    public static let protoMessageName = "push.v1.BatchRegisterTokenResult"
+
+    /// The gRPC status code of this item: 0 (OK), 3 (INVALID_ARGUMENT), 7 (PERMISSION_DENIED),
+    /// 14 (UNAVAILABLE: Kafka did not acknowledge; retry the item).
+    ///
+    /// Field 1, `int32 code`.
+    public var code: Int32 = 0
+
+    /// Why the item failed, naming the field; empty when it succeeded.
+    ///
+    /// Field 2, `string message`.
+    public var message: String = ""
+
+    /// Set when code is 0.
+    ///
+    /// Field 3, `push.v1.RegisterTokenResponse registered`.
+    public var registered: RegisterTokenResponse? = nil
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        code: Int32 = 0,
+        message: String = "",
+        registered: RegisterTokenResponse? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.registered = registered
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .varint):
+                self.code = try reader.read(ProtobufInt32.self)
+            case (2, .lengthDelimited):
+                self.message = try reader.read(ProtobufString.self)
+            case (3, .lengthDelimited):
+                var value = self.registered ?? RegisterTokenResponse()
+                try reader.readMessage(into: &value)
+                self.registered = value
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "code"
+        case 2: "message"
+        case 3: "registered"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if self.code != 0 { writer.writeField(ProtobufInt32.self, self.code, number: 1) }
+        if !self.message.isEmpty { writer.writeField(ProtobufString.self, self.message, number: 2) }
+        if let value = self.registered { writer.writeMessage(value, number: 3) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "code":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.code = try ProtobufInt32.readJSON(member.value) }
+                case "message":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.message = try ProtobufString.readJSON(member.value) }
+                case "registered":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.registered = try member.value.decodeMessage(RegisterTokenResponse.self, options: options) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if self.code != 0 { writer.writeField(ProtobufInt32.self, self.code, jsonName: "code", protoName: "code") }
+        if !self.message.isEmpty { writer.writeField(ProtobufString.self, self.message, jsonName: "message", protoName: "message") }
+        if let value = self.registered { writer.writeMessage(value, jsonName: "registered", protoName: "registered") }
+    }
+}
+
+/// The message `push.v1.BatchRegisterTokensResponse`.
+public struct BatchRegisterTokensResponse: ProtobufMessage {
+    /// `push.v1.BatchRegisterTokensResponse`.
+    public static let protoMessageName = "push.v1.BatchRegisterTokensResponse"
+
+    /// One result per registration, in the request's order.
+    ///
+    /// Field 1, `repeated push.v1.BatchRegisterTokenResult results`.
+    public var results: [BatchRegisterTokenResult] = []
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        results: [BatchRegisterTokenResult] = []
+    ) {
+        self.results = results
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                var value = BatchRegisterTokenResult()
+                try reader.readMessage(into: &value)
+                self.results.append(value)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "results"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        writer.writeRepeatedMessages(self.results, number: 1)
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "results":
+                    try seen.see(field: 1)
+                    self.results = try member.value.decodeRepeatedMessages(BatchRegisterTokenResult.self, options: options)
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        writer.writeRepeatedMessages(self.results, jsonName: "results", protoName: "results")
+    }
+}
+
+/// The message `push.v1.ForgetUserRequest`.
+public struct ForgetUserRequest: ProtobufMessage {
+    /// `push.v1.ForgetUserRequest`.
+    public static let protoMessageName = "push.v1.ForgetUserRequest"
+
+    /// Field 1, `string bundle_id`.
+    public var bundleID: String = ""
+
+    /// Field 2, `string user_id`.
+    public var userID: String = ""
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        bundleID: String = "",
+        userID: String = ""
+    ) {
+        self.bundleID = bundleID
+        self.userID = userID
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.bundleID = try reader.read(ProtobufString.self)
+            case (2, .lengthDelimited):
+                self.userID = try reader.read(ProtobufString.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "bundle_id"
+        case 2: "user_id"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, number: 1) }
+        if !self.userID.isEmpty { writer.writeField(ProtobufString.self, self.userID, number: 2) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "bundleId", "bundle_id":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.bundleID = try ProtobufString.readJSON(member.value) }
+                case "userId", "user_id":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.userID = try ProtobufString.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, jsonName: "bundleId", protoName: "bundle_id") }
+        if !self.userID.isEmpty { writer.writeField(ProtobufString.self, self.userID, jsonName: "userId", protoName: "user_id") }
+    }
+}
+
+/// The message `push.v1.ForgetUserResponse`.
+public struct ForgetUserResponse: ProtobufMessage {
+    /// `push.v1.ForgetUserResponse`.
+    public static let protoMessageName = "push.v1.ForgetUserResponse"
+
+    /// The id of the published TokenEvent (action USER_FORGOTTEN).
+    ///
+    /// Field 1, `string event_id`.
+    public var eventID: String = ""
+
+    /// Field 2, `int64 event_time_ms`.
+    public var eventTimeMs: Int64 = 0
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        eventID: String = "",
+        eventTimeMs: Int64 = 0
+    ) {
+        self.eventID = eventID
+        self.eventTimeMs = eventTimeMs
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.eventID = try reader.read(ProtobufString.self)
+            case (2, .varint):
+                self.eventTimeMs = try reader.read(ProtobufInt64.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "event_id"
+        case 2: "event_time_ms"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, number: 1) }
+        if self.eventTimeMs != 0 { writer.writeField(ProtobufInt64.self, self.eventTimeMs, number: 2) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "eventId", "event_id":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.eventID = try ProtobufString.readJSON(member.value) }
+                case "eventTimeMs", "event_time_ms":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.eventTimeMs = try ProtobufInt64.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, jsonName: "eventId", protoName: "event_id") }
+        if self.eventTimeMs != 0 { writer.writeField(ProtobufInt64.self, self.eventTimeMs, jsonName: "eventTimeMs", protoName: "event_time_ms") }
     }
 }
 
@@ -402,7 +857,8 @@ public struct TokenEvent: ProtobufMessage {
     /// Field 2, `push.v1.TokenEvent.Action action`.
     public var action: TokenEvent.Action = .unspecified
 
-    /// For REGISTERED: the whole device. For UNREGISTERED: device_token and bundle_id.
+    /// For REGISTERED: the whole device. For UNREGISTERED: device_token and bundle_id. For
+    /// USER_FORGOTTEN: bundle_id and user_id.
     ///
     /// Field 3, `push.v1.Device device`.
     public var device: Device? = nil
@@ -417,6 +873,12 @@ public struct TokenEvent: ProtobufMessage {
     /// Field 5, `string reason`.
     public var reason: String = ""
 
+    /// For REGISTERED: the token this one replaces (lowercase hex), empty when none. Deactivated with
+    /// reason "replaced" when its row has the same bundle id and user id and an older last event.
+    ///
+    /// Field 6, `string previous_token`.
+    public var previousToken: String = ""
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -428,6 +890,12 @@ public struct TokenEvent: ProtobufMessage {
         case registered
         /// `UNREGISTERED = 2`.
         case unregistered
+        /// Every token of device.user_id for device.bundle_id (both required, device_token empty) whose
+        /// last event is older than event_time_ms is deactivated (reason "forgotten") and announced;
+        /// the rows go after the retention. Keyed by "user:<bundle_id>:<user_id>", not by a token.
+        ///
+        /// `USER_FORGOTTEN = 3`.
+        case userForgotten
         /// A number this version of the contract does not name; kept so it round-trips.
         case unrecognized(Int32)
 
@@ -435,7 +903,7 @@ public struct TokenEvent: ProtobufMessage {
         public static let protoEnumName = "push.v1.TokenEvent.Action"
 
         /// Every named value, in declaration order.
-        public static let allCases: [Action] = [.unspecified, .registered, .unregistered]
+        public static let allCases: [Action] = [.unspecified, .registered, .unregistered, .userForgotten]
 
         /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
         public init(rawValue: Int32) {
@@ -443,6 +911,7 @@ public struct TokenEvent: ProtobufMessage {
             case 0: self = .unspecified
             case 1: self = .registered
             case 2: self = .unregistered
+            case 3: self = .userForgotten
             default: self = .unrecognized(rawValue)
             }
         }
@@ -453,6 +922,7 @@ public struct TokenEvent: ProtobufMessage {
             case .unspecified: 0
             case .registered: 1
             case .unregistered: 2
+            case .userForgotten: 3
             case .unrecognized(let number): number
             }
         }
@@ -463,6 +933,7 @@ public struct TokenEvent: ProtobufMessage {
             case .unspecified: "ACTION_UNSPECIFIED"
             case .registered: "REGISTERED"
             case .unregistered: "UNREGISTERED"
+            case .userForgotten: "USER_FORGOTTEN"
             case .unrecognized: nil
             }
         }
@@ -473,6 +944,7 @@ public struct TokenEvent: ProtobufMessage {
             case "ACTION_UNSPECIFIED": self = .unspecified
             case "REGISTERED": self = .registered
             case "UNREGISTERED": self = .unregistered
+            case "USER_FORGOTTEN": self = .userForgotten
             default: return nil
             }
         }
@@ -493,13 +965,15 @@ public struct TokenEvent: ProtobufMessage {
         action: TokenEvent.Action = .unspecified,
         device: Device? = nil,
         eventTimeMs: Int64 = 0,
-        reason: String = ""
+        reason: String = "",
+        previousToken: String = ""
     ) {
         self.eventID = eventID
         self.action = action
         self.device = device
         self.eventTimeMs = eventTimeMs
         self.reason = reason
+        self.previousToken = previousToken
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -518,6 +992,8 @@ public struct TokenEvent: ProtobufMessage {
                 self.eventTimeMs = try reader.read(ProtobufInt64.self)
             case (5, .lengthDelimited):
                 self.reason = try reader.read(ProtobufString.self)
+            case (6, .lengthDelimited):
+                self.previousToken = try reader.read(ProtobufString.self)
             default:
                 return false
             }
@@ -534,6 +1010,7 @@ public struct TokenEvent: ProtobufMessage {
         case 3: "device"
         case 4: "event_time_ms"
         case 5: "reason"
+        case 6: "previous_token"
         default: String(number)
         }
     }
@@ -545,6 +1022,7 @@ public struct TokenEvent: ProtobufMessage {
         if let value = self.device { writer.writeMessage(value, number: 3) }
         if self.eventTimeMs != 0 { writer.writeField(ProtobufInt64.self, self.eventTimeMs, number: 4) }
         if !self.reason.isEmpty { writer.writeField(ProtobufString.self, self.reason, number: 5) }
+        if !self.previousToken.isEmpty { writer.writeField(ProtobufString.self, self.previousToken, number: 6) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -569,6 +1047,9 @@ public struct TokenEvent: ProtobufMessage {
                 case "reason":
                     try seen.see(field: 5)
                     if !member.value.isNull { self.reason = try ProtobufString.readJSON(member.value) }
+                case "previousToken", "previous_token":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.previousToken = try ProtobufString.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -585,18 +1066,23 @@ public struct TokenEvent: ProtobufMessage {
         if let value = self.device { writer.writeMessage(value, jsonName: "device", protoName: "device") }
         if self.eventTimeMs != 0 { writer.writeField(ProtobufInt64.self, self.eventTimeMs, jsonName: "eventTimeMs", protoName: "event_time_ms") }
         if !self.reason.isEmpty { writer.writeField(ProtobufString.self, self.reason, jsonName: "reason", protoName: "reason") }
+        if !self.previousToken.isEmpty { writer.writeField(ProtobufString.self, self.previousToken, jsonName: "previousToken", protoName: "previous_token") }
     }
 }
 
 /// Registers, refreshes and removes device tokens. Every call answers OK only after the token event
-/// was acknowledged by Kafka (acks=all).
+/// was acknowledged by Kafka (acks=all). Every call needs `authorization: Bearer <credential>`: an
+/// API key (`pk_<id>_<secret>`) scoped to bundle ids and operations, or, for RegisterToken only, a
+/// user-bound registration JWT (docs/registration-auth.md). UNAUTHENTICATED: no or a wrong
+/// credential; PERMISSION_DENIED: a credential for another bundle id, operation or user;
+/// RESOURCE_EXHAUSTED: the key's rate limit (the `retry-after` metadata says when to retry).
 ///
 /// The service `push.v1.TokenRegistry`: one nested type per RPC, for a gRPC layer.
 public enum TokenRegistry {
     /// `push.v1.TokenRegistry`.
     public static let serviceName = "push.v1.TokenRegistry"
 
-    /// Registers or refreshes a token. INVALID_ARGUMENT names the bad field.
+    /// Registers or refreshes a token. INVALID_ARGUMENT names the bad field. Operation `register`.
     ///
     /// `rpc RegisterToken(push.v1.RegisterTokenRequest) returns (push.v1.RegisterTokenResponse)`.
     public enum RegisterToken: ProtobufRPCMethod {
@@ -608,7 +1094,8 @@ public enum TokenRegistry {
         public static let path = "/push.v1.TokenRegistry/RegisterToken"
     }
 
-    /// Removes a token (the user signed out, or the app turned notifications off).
+    /// Removes a token (the user signed out, or the app turned notifications off). Operation
+    /// `unregister`.
     ///
     /// `rpc UnregisterToken(push.v1.UnregisterTokenRequest) returns (push.v1.UnregisterTokenResponse)`.
     public enum UnregisterToken: ProtobufRPCMethod {
@@ -618,5 +1105,33 @@ public enum TokenRegistry {
         public typealias Output = UnregisterTokenResponse
         /// The gRPC request path.
         public static let path = "/push.v1.TokenRegistry/UnregisterToken"
+    }
+
+    /// Registers many tokens at once (backfills): one result per item, in order; a bad item gets its
+    /// own status and does not fail the others. At most 500 items. Operation `register`, checked for
+    /// every item's bundle id.
+    ///
+    /// `rpc BatchRegisterTokens(push.v1.BatchRegisterTokensRequest) returns (push.v1.BatchRegisterTokensResponse)`.
+    public enum BatchRegisterTokens: ProtobufRPCMethod {
+        /// The request message.
+        public typealias Input = BatchRegisterTokensRequest
+        /// The response message.
+        public typealias Output = BatchRegisterTokensResponse
+        /// The gRPC request path.
+        public static let path = "/push.v1.TokenRegistry/BatchRegisterTokens"
+    }
+
+    /// Forgets a user of one app (privacy requests): every token of the user is deactivated and
+    /// announced on the feedback topic; the rows and their send_log entries are deleted once the
+    /// dispatcher's retention passed. Operation `admin`.
+    ///
+    /// `rpc ForgetUser(push.v1.ForgetUserRequest) returns (push.v1.ForgetUserResponse)`.
+    public enum ForgetUser: ProtobufRPCMethod {
+        /// The request message.
+        public typealias Input = ForgetUserRequest
+        /// The response message.
+        public typealias Output = ForgetUserResponse
+        /// The gRPC request path.
+        public static let path = "/push.v1.TokenRegistry/ForgetUser"
     }
 }

@@ -11,6 +11,15 @@ extension RegistrationService {
         public var topic: String = "push.token-events.v1"
         /// Address, TLS and limits of the gRPC/JSON server.
         public var server: GRPCServer.Configuration
+        /// Credentials and rate limits (docs/registration-auth.md). Default: on, with no keys (which
+        /// refuses to start); set `auth.keysFile`, `auth.keysJSON` or `auth.disabled`.
+        public var auth = RegistrationAuthenticator.Configuration()
+        /// How often the key file's modification time and size are checked for a reload (SIGHUP
+        /// reloads at once). Default 2 seconds.
+        public var keysReloadInterval: Duration = .seconds(2)
+        /// How often the health service asks Kafka for metadata; NOT_SERVING while no broker answers
+        /// within the same interval (at least 1 s). Default 2 seconds.
+        public var healthProbeInterval: Duration = .seconds(2)
         /// How long calls in progress may take to finish after graceful shutdown began; connections
         /// still open afterwards are dropped. Keep `drainTimeout + flushTimeout` below the group's
         /// grace period so that a slow drain still ends gracefully. Default 20 seconds.

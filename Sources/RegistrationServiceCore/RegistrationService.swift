@@ -1,6 +1,7 @@
 import Foundation
 import GRPC
 import Kafka
+import PushMessages
 import ServiceCore
 
 /// The registration service as a `Service`: starts the Kafka producer and the gRPC/JSON server in
@@ -35,22 +36,40 @@ public struct RegistrationService: Service {
     /// - Throws: `KafkaError` when the producer cannot be created, `HTTP2Error` when the address cannot
     ///   be bound (the producer is then destroyed first), `CancellationError` after cancellation.
     public func run(shutdown: GracefulShutdown) async throws {
+        let authenticator = try RegistrationAuthenticator(configuration: configuration.auth, logger: logger.with(["component": "auth"]))
         let producer = try KafkaProducer(configuration: configuration.producer, logger: logger.with(["component": "kafka.producer"]))
         configuration.readiness.setProducer { producer.health.readinessInput }
         let service = TokenRegistryService(producer: producer, topic: configuration.topic, logger: logger)
+        let health = GRPCHealthService(services: [TokenRegistry.serviceName])
         let server: RegistrationServer
         do {
-            server = try RegistrationServer.start(service: service, configuration: configuration.server)
+            server = try RegistrationServer.start(service: service, authenticator: authenticator, health: health, configuration: configuration.server)
         } catch {
             await producer.shutdown(timeout: .zero)
             throw error
         }
-        logger.info("registration-service ready", ["port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on"])
+        logger.info("registration-service ready", [
+            "port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on",
+            "auth": configuration.auth.disabled ? "DISABLED" : "on",
+        ])
         onListening(server.port)
         configuration.readiness.setPhase(.running)
 
+        // Background work that ends with the serving phase: Kafka health probes and key reloads.
+        let background = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await Self.monitorKafka(producer, health: health, every: configuration.healthProbeInterval, logger: logger) }
+                if !configuration.auth.disabled {
+                    group.addTask { await Self.watchKeys(authenticator, file: configuration.auth.keysFile, every: configuration.keysReloadInterval) }
+                }
+            }
+        }
+        defer { background.cancel() }
+
         await shutdown.wait()  // returns on the trigger, or at once on cancellation
         configuration.readiness.setPhase(.stopping)
+        background.cancel()
+        health.enterShutdown()
 
         if !Task.isCancelled {
             logger.notice("registration-service draining: no new calls, finishing calls in progress", [
@@ -73,5 +92,55 @@ public struct RegistrationService: Service {
         ])
         await producer.shutdown(timeout: configuration.flushTimeout)
         logger.info("registration-service stopped")
+    }
+
+    /// Probes Kafka (metadata request on a thread of its own) every `interval` and sets the health
+    /// status: SERVING while a broker answers, NOT_SERVING otherwise. Returns on cancellation.
+    static func monitorKafka(_ producer: KafkaProducer, health: GRPCHealthService, every interval: Duration, logger: Logger) async {
+        let thread = DedicatedThread(name: "kafka-health")
+        defer { thread.shutdown() }
+        let timeout = max(interval, .seconds(1))
+        var last: GRPCHealthService.Status?
+        while !Task.isCancelled {
+            let reachable = (try? await thread.run { producer.brokersReachable(timeout: timeout) }) ?? false
+            let status: GRPCHealthService.Status = reachable ? .serving : .notServing
+            if status != last {
+                health.setStatus(status)
+                if reachable {
+                    logger.info("Kafka reachable: health SERVING")
+                } else {
+                    logger.warning("Kafka unreachable: health NOT_SERVING")
+                }
+                last = status
+            }
+            try? await Task.sleep(for: reachable ? interval : .milliseconds(250))
+        }
+    }
+
+    /// Reloads the keys on SIGHUP, and when the key file's modification time or size changes
+    /// (checked every `interval`). Returns on cancellation.
+    static func watchKeys(_ authenticator: RegistrationAuthenticator, file: String?, every interval: Duration) async {
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                for await _ in ProcessSignals.signals([SIGHUP]) { authenticator.reload() }
+            }
+            if let file {
+                group.addTask {
+                    func stamp() -> String? {
+                        guard let attributes = try? FileManager.default.attributesOfItem(atPath: file) else { return nil }
+                        return "\(attributes[.modificationDate].map { "\($0)" } ?? "")/\(attributes[.size].map { "\($0)" } ?? "")"
+                    }
+                    var last = stamp()
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: interval)
+                        let current = stamp()
+                        if current != last, current != nil {
+                            last = current
+                            authenticator.reload()
+                        }
+                    }
+                }
+            }
+        }
     }
 }

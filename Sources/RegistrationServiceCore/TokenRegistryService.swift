@@ -1,104 +1,191 @@
+import APNs
 import Foundation
 import Kafka
 import PushMessages
 import ServiceCore
 
-/// The logic behind `push.v1.TokenRegistry`: validate, normalize, publish a `TokenEvent` keyed by
-/// the token, and answer only after Kafka acknowledged it (acks=all on an idempotent producer).
+/// The logic behind `push.v1.TokenRegistry`: authorize, validate, normalize, publish a `TokenEvent`
+/// keyed by the token (by `user:<bundle_id>:<user_id>` for a forgotten user), and answer only after
+/// Kafka acknowledged it (acks=all on an idempotent producer).
+///
+/// Order of checks: the caller's credential is authenticated before this type is called
+/// (`RegistrationAuthenticator`); here the request is validated (INVALID_ARGUMENT names the field),
+/// then the principal is authorized for its bundle id, operation and user (PERMISSION_DENIED).
 public final class TokenRegistryService: Sendable {
     /// The `content-type` header of every token event record.
     public static let tokenEventContentType = "application/x-protobuf; message=push.v1.TokenEvent"
+    /// The most registrations one BatchRegisterTokens call may carry.
+    public static let maximumBatchSize = 500
 
     private let producer: KafkaProducer
     private let topic: String
     private let clock: any WallClock
     private let logger: Logger
-    /// `push_registrations_total{bundle_id,operation,outcome}`: calls by outcome (`ok`,
-    /// `invalid_argument`, `unavailable`); `bundle_id` is empty for calls refused before it was validated.
-    private let registrations = MetricsRegistry.shared.counter(
-        "push_registrations_total", help: "Registration calls by bundle id, operation (register, unregister) and outcome.",
-        labelNames: ["bundle_id", "operation", "outcome"])
+    private let metrics: RegistrationMetrics
 
     /// - Parameters:
     ///   - producer: an idempotent producer with acks=all.
     ///   - topic: the token events topic (default `push.token-events.v1`).
+    ///   - metrics: where calls are counted.
     public init(producer: KafkaProducer, topic: String = "push.token-events.v1", clock: any WallClock = SystemWallClock(),
-                logger: Logger = Logger(label: "registration")) {
+                logger: Logger = Logger(label: "registration"), metrics: RegistrationMetrics = RegistrationMetrics()) {
         self.producer = producer
         self.topic = topic
         self.clock = clock
         self.logger = logger
+        self.metrics = metrics
     }
 
-    /// Registers or refreshes a token.
-    /// - Parameter traceParent: the caller's W3C `traceparent` (gRPC metadata or HTTP header); invalid
-    ///   or nil: a new trace. Written as the token event record's `traceparent` header.
-    /// - Throws: `RegistrationError` `.invalidArgument` naming the field, or `.unavailable` when
-    ///   Kafka did not acknowledge the event (nothing was registered; the caller may retry).
-    public func register(_ request: RegisterTokenRequest, traceParent: String? = nil) async throws(RegistrationError) -> RegisterTokenResponse {
-        let device: Device
-        do throws(RegistrationError) {
-            device = try TokenRegistrationValidator.normalizedDevice(of: request)
+    /// Counts a call refused before it reached a method (authentication, rate limit).
+    public func recordRefused(_ error: RegistrationError, operation: RegistrationOperation) {
+        metrics.record(bundleID: "", operation: operation, error: error)
+    }
+
+    /// Registers or refreshes a token; with `previous_token`, the rotated token replaces the old one.
+    /// - Throws: `RegistrationError` `.invalidArgument` naming the field, `.permissionDenied`, or
+    ///   `.unavailable` when Kafka did not acknowledge the event (nothing was registered; the caller
+    ///   may retry).
+    public func register(_ request: RegisterTokenRequest, as principal: RegistrationPrincipal = .anonymous, traceParent: String? = nil) async throws(RegistrationError) -> RegisterTokenResponse {
+        do {
+            let event = try registration(request, as: principal)
+            try await publish(event, key: event.device!.deviceToken, traceParent: traceParent)
+            metrics.record(bundleID: event.device!.bundleID, operation: .register, error: nil)
+            return RegisterTokenResponse(deviceToken: event.device!.deviceToken, eventID: event.eventID, eventTimeMs: event.eventTimeMs)
         } catch {
-            registrations.increment(labels: ["", "register", "invalid_argument"])
+            metrics.record(bundleID: request.device?.bundleID ?? "", operation: .register, error: error)
             throw error
         }
+    }
+
+    /// Registers each item on its own: one result per item, in order; a bad item does not fail the
+    /// others. Events are published concurrently and each result waits for its acknowledgement.
+    /// - Throws: `RegistrationError` `.invalidArgument` only when the batch itself is empty or too large.
+    public func batchRegister(_ request: BatchRegisterTokensRequest, as principal: RegistrationPrincipal = .anonymous, traceParent: String? = nil) async throws(RegistrationError) -> BatchRegisterTokensResponse {
+        guard !request.registrations.isEmpty else { throw .invalid("registrations", "at least one registration is required") }
+        guard request.registrations.count <= Self.maximumBatchSize else {
+            throw .invalid("registrations", "\(request.registrations.count) items; at most \(Self.maximumBatchSize)")
+        }
+        var results = [BatchRegisterTokenResult](repeating: BatchRegisterTokenResult(), count: request.registrations.count)
+        await withTaskGroup(of: (Int, BatchRegisterTokenResult).self) { group in
+            for (index, item) in request.registrations.enumerated() {
+                group.addTask {
+                    var result = BatchRegisterTokenResult()
+                    do throws(RegistrationError) {
+                        let event = try self.registration(item, as: principal, fieldPrefix: "registrations[\(index)].")
+                        try await self.publish(event, key: event.device!.deviceToken, traceParent: traceParent)
+                        self.metrics.record(bundleID: event.device!.bundleID, operation: .register, error: nil)
+                        result.registered = RegisterTokenResponse(deviceToken: event.device!.deviceToken, eventID: event.eventID, eventTimeMs: event.eventTimeMs)
+                    } catch {
+                        self.metrics.record(bundleID: item.device?.bundleID ?? "", operation: .register, error: error)
+                        result.code = Int32(error.code.grpcCode.rawValue)
+                        result.message = error.message
+                    }
+                    return (index, result)
+                }
+            }
+            for await (index, result) in group { results[index] = result }
+        }
+        return BatchRegisterTokensResponse(results: results)
+    }
+
+    /// Removes a token.
+    /// - Throws: as `register(_:as:)`.
+    public func unregister(_ request: UnregisterTokenRequest, as principal: RegistrationPrincipal = .anonymous, traceParent: String? = nil) async throws(RegistrationError) -> UnregisterTokenResponse {
+        do {
+            let (token, bundleID) = try TokenRegistrationValidator.normalizedUnregistration(request)
+            try principal.authorize(.unregister, bundleID: bundleID)
+            var device = Device()
+            device.deviceToken = token
+            device.bundleID = bundleID
+            var event = TokenEvent()
+            event.eventID = UUID().uuidString.lowercased()
+            event.action = .unregistered
+            event.device = device
+            event.eventTimeMs = clock.nowMilliseconds()
+            event.reason = request.reason
+            try await publish(event, key: token, traceParent: traceParent)
+            metrics.record(bundleID: bundleID, operation: .unregister, error: nil)
+            return UnregisterTokenResponse(deviceToken: token, eventID: event.eventID, eventTimeMs: event.eventTimeMs)
+        } catch {
+            metrics.record(bundleID: request.bundleID, operation: .unregister, error: error)
+            throw error
+        }
+    }
+
+    /// Forgets a user of one app: publishes a `USER_FORGOTTEN` event; the dispatcher deactivates
+    /// and announces every token of the user and deletes the rows after its retention.
+    /// - Throws: as `register(_:as:)`; the principal needs the `admin` operation.
+    public func forgetUser(_ request: ForgetUserRequest, as principal: RegistrationPrincipal = .anonymous, traceParent: String? = nil) async throws(RegistrationError) -> ForgetUserResponse {
+        do throws(RegistrationError) {
+            do {
+                try DeviceValidator.checkBundleID(request.bundleID, field: "bundle_id")
+            } catch {
+                throw RegistrationError.invalid(error.field, error.problem)
+            }
+            guard !request.userID.isEmpty else { throw RegistrationError.invalid("user_id", "is required") }
+            guard request.userID.utf8.count <= 256 else { throw RegistrationError.invalid("user_id", "at most 256 bytes") }
+            try principal.authorize(.admin, bundleID: request.bundleID)
+            var device = Device()
+            device.bundleID = request.bundleID
+            device.userID = request.userID
+            var event = TokenEvent()
+            event.eventID = UUID().uuidString.lowercased()
+            event.action = .userForgotten
+            event.device = device
+            event.eventTimeMs = clock.nowMilliseconds()
+            try await publish(event, key: Self.forgetKey(bundleID: request.bundleID, userID: request.userID), traceParent: traceParent)
+            metrics.record(bundleID: request.bundleID, operation: .admin, error: nil)
+            logger.notice("user forgotten", ["bundle_id": request.bundleID, "event_id": event.eventID])
+            return ForgetUserResponse(eventID: event.eventID, eventTimeMs: event.eventTimeMs)
+        } catch {
+            metrics.record(bundleID: request.bundleID, operation: .admin, error: error)
+            throw error
+        }
+    }
+
+    /// The record key of a `USER_FORGOTTEN` event.
+    public static func forgetKey(bundleID: String, userID: String) -> String { "user:\(bundleID):\(userID)" }
+
+    /// The validated, authorized registration event of `request`.
+    private func registration(_ request: RegisterTokenRequest, as principal: RegistrationPrincipal, fieldPrefix: String = "") throws(RegistrationError) -> TokenEvent {
+        let device: Device
+        var previous = ""
+        do throws(RegistrationError) {
+            device = try TokenRegistrationValidator.normalizedDevice(of: request)
+            if !request.previousToken.isEmpty {
+                do {
+                    previous = try DeviceValidator.normalizedToken(request.previousToken, field: "previous_token")
+                } catch {
+                    throw RegistrationError.invalid(error.field, error.problem)
+                }
+                guard previous != device.deviceToken else { throw RegistrationError.invalid("previous_token", "is the same token as device.device_token") }
+            }
+        } catch {
+            throw RegistrationError(code: error.code, message: fieldPrefix + error.message)
+        }
+        try principal.authorize(.register, bundleID: device.bundleID, userID: device.userID)
         var event = TokenEvent()
         event.eventID = UUID().uuidString.lowercased()
         event.action = .registered
         event.device = device
         event.eventTimeMs = clock.nowMilliseconds()
-        try await publish(event, token: device.deviceToken, bundleID: device.bundleID, operation: "register", traceParent: traceParent)
-        var response = RegisterTokenResponse()
-        response.deviceToken = device.deviceToken
-        response.eventID = event.eventID
-        response.eventTimeMs = event.eventTimeMs
-        return response
+        event.previousToken = previous
+        return event
     }
 
-    /// Removes a token.
-    /// - Parameter traceParent: as for `register(_:traceParent:)`.
-    /// - Throws: as `register(_:)`.
-    public func unregister(_ request: UnregisterTokenRequest, traceParent: String? = nil) async throws(RegistrationError) -> UnregisterTokenResponse {
-        let token: String, bundleID: String
-        do throws(RegistrationError) {
-            (token, bundleID) = try TokenRegistrationValidator.normalizedUnregistration(request)
-        } catch {
-            registrations.increment(labels: ["", "unregister", "invalid_argument"])
-            throw error
-        }
-        var device = Device()
-        device.deviceToken = token
-        device.bundleID = bundleID
-        var event = TokenEvent()
-        event.eventID = UUID().uuidString.lowercased()
-        event.action = .unregistered
-        event.device = device
-        event.eventTimeMs = clock.nowMilliseconds()
-        event.reason = request.reason
-        try await publish(event, token: token, bundleID: bundleID, operation: "unregister", traceParent: traceParent)
-        var response = UnregisterTokenResponse()
-        response.deviceToken = token
-        response.eventID = event.eventID
-        response.eventTimeMs = event.eventTimeMs
-        return response
-    }
-
-    private func publish(_ event: TokenEvent, token: String, bundleID: String, operation: String, traceParent: String?) async throws(RegistrationError) {
+    /// Produces `event` with its content type and the caller's trace (`traceParent` invalid or nil:
+    /// a new trace), and waits for Kafka's acknowledgement.
+    private func publish(_ event: TokenEvent, key: String, traceParent: String?) async throws(RegistrationError) {
         let trace = TraceParent.resolve([traceParent]).trace
         do {
             _ = try await producer.send(
-                topic: topic, key: Array(token.utf8), value: event.serializedBytes(),
+                topic: topic, key: Array(key.utf8), value: event.serializedBytes(),
                 headers: [
                     KafkaHeader(name: "content-type", value: Self.tokenEventContentType),
                     KafkaHeader(name: TraceParent.headerName, value: trace.text),
                 ])
-            registrations.increment(labels: [bundleID, operation, "ok"])
         } catch {
-            registrations.increment(labels: [bundleID, operation, "unavailable"])
-            logger.error("token event not acknowledged by Kafka", [
-                "error": "\(error)", "event_id": event.eventID, "trace_id": trace.traceID, "token": Logger.shortened(token: token),
-            ])
+            logger.error("token event not acknowledged by Kafka", ["error": "\(error)", "event_id": event.eventID, "trace_id": trace.traceID])
             throw RegistrationError(code: .unavailable, message: "the token event was not acknowledged by Kafka; retry", cause: error)
         }
     }

@@ -20,6 +20,35 @@ public enum Digest {
         digest(bytes, EVP_sha256(), name: "SHA-256")
     }
 
+    /// HMAC-SHA-256 (RFC 2104, FIPS 180-4) of `message` under `key`, through OpenSSL's one-shot `HMAC`.
+    /// - Parameters:
+    ///   - key: the secret, any length.
+    ///   - message: the message.
+    /// - Returns: the 32-byte MAC.
+    public static func hmacSHA256(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        let result = key.withUnsafeBytes { keyBytes in
+            message.withUnsafeBytes { input in
+                output.withUnsafeMutableBufferPointer { out in
+                    HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), input.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                         input.count, out.baseAddress, &length)
+                }
+            }
+        }
+        precondition(result != nil, "OpenSSL HMAC(SHA-256) failed")
+        return Array(output.prefix(Int(length)))
+    }
+
+    /// Compares two byte strings in time that depends only on their length (`CRYPTO_memcmp`), for
+    /// secrets and MACs: a timing difference must not tell an attacker how many leading bytes matched.
+    /// Different lengths compare unequal at once (lengths are not secret here: digests and MACs).
+    public static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        guard !lhs.isEmpty else { return true }
+        return lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in CRYPTO_memcmp(a.baseAddress, b.baseAddress, a.count) == 0 } }
+    }
+
     /// `EVP_Digest` fails only when OpenSSL cannot allocate its context or the algorithm is missing
     /// from the default provider, which no caller can recover from: a precondition, not an error.
     private static func digest(_ bytes: [UInt8], _ algorithm: OpaquePointer?, name: String) -> [UInt8] {

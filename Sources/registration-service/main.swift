@@ -30,6 +30,15 @@ do {
     let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
     var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
     configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1")
+    // Authentication (docs/registration-auth.md): on unless PUSH_AUTH_DISABLED=true (development only).
+    configuration.auth.disabled = try env.bool("PUSH_AUTH_DISABLED", default: false)
+    configuration.auth.keysFile = env.string("PUSH_AUTH_KEYS_FILE")
+    configuration.auth.keysJSON = env.string("PUSH_AUTH_KEYS")
+    configuration.auth.audience = env.string("PUSH_AUTH_AUDIENCE", default: configuration.auth.audience)
+    configuration.auth.defaultRatePerSecond = Double(try env.int("PUSH_AUTH_RATE_PER_SECOND", default: 1_000, in: 1...10_000_000))
+    configuration.auth.defaultBurst = Double(try env.int("PUSH_AUTH_RATE_BURST", default: 2_000, in: 1...10_000_000))
+    configuration.keysReloadInterval = try env.milliseconds("PUSH_AUTH_KEYS_RELOAD_MS", default: .seconds(2))
+    configuration.healthProbeInterval = try env.milliseconds("PUSH_HEALTH_PROBE_INTERVAL_MS", default: .seconds(2))
     configuration.fitShutdown(into: gracePeriod)
     // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
     admin = try AdminServer.start(environment: env, defaultPort: 9101, readiness: configuration.readiness)

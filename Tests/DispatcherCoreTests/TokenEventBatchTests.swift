@@ -67,6 +67,19 @@ import Testing
         #expect(Self.layout(batch) == [["ra1", "rc6"], ["ra2"], ["ra3"], ["rb4"], ["ub5"]])
     }
 
+    @Test func rotationsAndForgetsAreBarriers() {
+        var rotation = Self.register(Self.c, at: 3)
+        rotation.previousToken = Self.a
+        let forget = TokenEvent(eventID: "f", action: .userForgotten, device: Device(bundleID: "com.example.app", userID: "u"), eventTimeMs: 4)
+        let batch = TokenEventBatch([
+            Self.register(Self.a, at: 1), Self.register(Self.b, at: 2), rotation, Self.register(Self.d, at: 5), forget,
+            Self.unregister(Self.a, at: 6),
+        ])
+        // d conflicts with nothing but may not move before the rotation; nothing moves across the forget.
+        #expect(Self.layout(batch) == [["ra1", "rb2"], ["rc3"], ["rd5"], [], ["ua6"]])
+        #expect(batch.layers[3].forgets.count == 1 && batch.eventCount == 6)
+    }
+
     @Test func eventsThatChangeNothingAreDropped() {
         var noDevice = Self.register(Self.a, at: 1)
         noDevice.device = nil

@@ -109,6 +109,14 @@ struct TokenStoreBatchTests {
     static func unregister(_ token: String, at time: Int64, bundle: String = app) -> TokenEvent {
         TokenStoreTests.unregistered(token, at: time, bundle: bundle)
     }
+    static func rotate(_ token: String, from previous: String, at time: Int64, user: String = "u1", bundle: String = app) -> TokenEvent {
+        var event = register(token, at: time, user: user, bundle: bundle)
+        event.previousToken = previous
+        return event
+    }
+    static func forget(_ user: String, at time: Int64, bundle: String = app) -> TokenEvent {
+        TokenEvent(eventID: UUID().uuidString, action: .userForgotten, device: Device(bundleID: bundle, userID: user), eventTimeMs: time)
+    }
     static func status(_ rows: [[String?]], _ token: String) -> String? {
         rows.first { $0[0] == token }?[6] ?? nil
     }
@@ -203,6 +211,77 @@ struct TokenStoreBatchTests {
         await pair.close()
     }
 
+    /// Issue 13: reusing someone's installation id must not deactivate their token; the owner's own
+    /// new token (or, for a device with no user, another user-less token) still replaces it.
+    @Test func installationReplacementIsScopedToTheSameUser() async throws {
+        let pair = try await Pair()
+        let victim = Self.token(), attacker = Self.token(), rotated = Self.token(), anonymous = Self.token(), anonymous2 = Self.token()
+        try await pair.apply([Self.register(victim, at: 1, user: "alice", installation: "inst-1")])
+        try await pair.apply([Self.register(attacker, at: 2, user: "mallory", installation: "inst-1")])
+        var rows = try await pair.expectEqual([victim, attacker])
+        #expect(Self.status(rows, victim) == "active", "another user's registration must not replace alice's token")
+        try await pair.apply([Self.register(rotated, at: 3, user: "alice", installation: "inst-1")])
+        rows = try await pair.expectEqual([victim, attacker, rotated])
+        #expect(Self.status(rows, victim) == "inactive")
+        #expect(Self.status(rows, attacker) == "active")
+        try await pair.apply([Self.register(anonymous, at: 4, user: "", installation: "inst-2"),
+                              Self.register(anonymous2, at: 5, user: "", installation: "inst-2")])
+        rows = try await pair.expectEqual([anonymous, anonymous2])
+        #expect(Self.status(rows, anonymous) == "inactive" && Self.status(rows, anonymous2) == "active")
+        await pair.close()
+    }
+
+    @Test func previousTokenIsReplacedOnlyForTheSameUser() async throws {
+        let pair = try await Pair()
+        let old = Self.token(), new = Self.token(), strangers = Self.token(), stranger = Self.token()
+        try await pair.apply([Self.register(old, at: 1, user: "alice"), Self.register(strangers, at: 1, user: "bob")])
+        try await pair.apply([Self.rotate(new, from: old, at: 2, user: "alice"), Self.rotate(stranger, from: strangers, at: 3, user: "mallory")],
+                             batchSizes: [2])
+        let rows = try await pair.expectEqual([old, new, strangers, stranger])
+        #expect(Self.status(rows, old) == "inactive" && Self.status(rows, new) == "active")
+        #expect(Self.status(rows, strangers) == "active", "mallory cannot retire bob's token by naming it as previous")
+        await pair.close()
+    }
+
+    @Test func forgettingAUserDeactivatesEveryRowOlderThanTheForget() async throws {
+        let pair = try await Pair()
+        let alice = "alice-\(UUID())", bob = "bob-\(UUID())"  // the schemas are shared by the suite's tests
+        let a = Self.token(), b = Self.token(), other = Self.token(), later = Self.token()
+        try await pair.apply([Self.register(a, at: 1, user: alice), Self.register(b, at: 2, user: alice),
+                              Self.register(other, at: 2, user: bob)])
+        let counts = try await pair.apply([Self.forget(alice, at: 5), Self.register(later, at: 6, user: alice),
+                                           Self.register(a, at: 4, user: alice)])  // delayed, older than the forget
+        #expect(counts.single == counts.batched && counts.single == 2)
+        let rows = try await pair.expectEqual([a, b, other, later])
+        #expect(Self.status(rows, a) == "inactive" && Self.status(rows, b) == "inactive")
+        #expect(Self.status(rows, other) == "active" && Self.status(rows, later) == "active")
+        let applied = try await pair.batched.applyBatch([Self.forget(bob, at: 9)])
+        #expect(applied.forgotten.map(\.deviceToken) == [other] && applied.changed == 1)
+        await pair.close()
+    }
+
+    @Test func forgottenRowsAndTheirSendLogGoAfterTheRetention() async throws {
+        let pair = try await Pair()
+        let user = "carol-\(UUID())"
+        let forgotten = Self.token(), kept = Self.token()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try await pair.apply([Self.register(forgotten, at: now - 10_000, user: user), Self.register(kept, at: now - 10_000)])
+        for token in [forgotten, kept] {
+            try await pair.batchedPool.execute(
+                "INSERT INTO send_log (request_id, device_token, event_id, outcome, report) VALUES ($1, $2, 'e', 'delivered', '\\x00')",
+                [.string("r-\(UUID())"), .string(token)])
+        }
+        try await pair.batched.apply([Self.forget(user, at: now - 5_000)])
+        // Within the retention nothing goes.
+        #expect(try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(3600)).deleteForgotten() == 0)
+        #expect(try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(1)).deleteForgotten() == 1)
+        #expect(try await pair.batched.tokens([forgotten, kept]).keys.sorted() == [kept])
+        let logs = try await pair.batchedPool.query(
+            "SELECT device_token FROM send_log WHERE device_token = ANY($1::text[])", [.string("{\(forgotten),\(kept)}")])
+        #expect(try logs.map { try $0.string("device_token") } == [kept])
+        await pair.close()
+    }
+
     @Test func anInvalidTokenFailsTheWholeBatch() async throws {
         let pair = try await Pair()
         let good = Self.token()
@@ -228,8 +307,16 @@ struct TokenStoreBatchTests {
             func event() -> TokenEvent {
                 let token = tokens.randomElement(using: &random)!
                 let time = Int64.random(in: 1...12, using: &random)
-                if Int.random(in: 0..<4, using: &random) == 0 {
+                switch Int.random(in: 0..<16, using: &random) {
+                case 0..<4:
                     return Self.unregister(token, at: time, bundle: Int.random(in: 0..<5, using: &random) == 0 ? "com.example.other" : Self.app)
+                case 4:
+                    return Self.forget(["u1", "u2"].randomElement(using: &random)!, at: time)
+                case 5:
+                    let previous = tokens.filter { $0 != token }.randomElement(using: &random)!
+                    return Self.rotate(token, from: previous, at: time, user: ["u1", "u2", ""].randomElement(using: &random)!)
+                default:
+                    break
                 }
                 return Self.register(
                     token, at: time, user: ["u1", "u2", ""].randomElement(using: &random)!,
@@ -247,7 +334,11 @@ struct TokenStoreBatchTests {
             let counts = try await pair.apply(rest, batchSizes: sizes)
             let (single, batched) = try await pair.rows(tokens)
             let described = "seed \(seed), iteration \(iteration), batches \(sizes):\n"
-                + rest.map { "\($0.action) \(tokens.firstIndex(of: $0.device!.deviceToken)!) t=\($0.eventTimeMs) inst=\($0.device!.installationID) kind=\($0.device!.kind) bundle=\($0.device!.bundleID)" }.joined(separator: "\n")
+                + rest.map {
+                    "\($0.action) \(tokens.firstIndex(of: $0.device!.deviceToken).map(String.init) ?? "-") t=\($0.eventTimeMs) user=\($0.device!.userID) "
+                        + "inst=\($0.device!.installationID) kind=\($0.device!.kind) bundle=\($0.device!.bundleID) "
+                        + "previous=\(tokens.firstIndex(of: $0.previousToken).map(String.init) ?? "-")"
+                }.joined(separator: "\n")
             #expect(counts.single == counts.batched, "\(described)")
             #expect(single == batched, "\(described)")
             if counts.single != counts.batched || single != batched { break }

@@ -60,9 +60,29 @@ struct ProtocInteropTests {
         try expectMatchesProtoc(Samples.feedbackProgress, text: Samples.feedbackProgressText)
     }
 
+    @Test func registrationAuthContractMessages() throws {
+        // Issue 13's additions: previous_token, batch register, forget-a-user, USER_FORGOTTEN.
+        let device = Device(deviceToken: "ab" + String(repeating: "0", count: 62), bundleID: "com.example.app", userID: "u1")
+        try expectMatchesProtoc(
+            RegisterTokenRequest(device: device, previousToken: "cd" + String(repeating: "0", count: 62)),
+            text: "device { device_token: \"ab\(String(repeating: "0", count: 62))\" bundle_id: \"com.example.app\" user_id: \"u1\" } "
+                + "previous_token: \"cd\(String(repeating: "0", count: 62))\"")
+        try expectMatchesProtoc(
+            BatchRegisterTokensResponse(results: [
+                BatchRegisterTokenResult(registered: RegisterTokenResponse(deviceToken: "ab", eventID: "e1", eventTimeMs: 5)),
+                BatchRegisterTokenResult(code: 3, message: "registrations[1].device: is required"),
+            ]),
+            text: "results { registered { device_token: \"ab\" event_id: \"e1\" event_time_ms: 5 } } "
+                + "results { code: 3 message: \"registrations[1].device: is required\" }")
+        try expectMatchesProtoc(ForgetUserRequest(bundleID: "com.example.app", userID: "u1"), text: "bundle_id: \"com.example.app\" user_id: \"u1\"")
+        try expectMatchesProtoc(
+            TokenEvent(eventID: "f", action: .userForgotten, device: Device(bundleID: "b", userID: "u"), eventTimeMs: 9),
+            text: "event_id: \"f\" action: USER_FORGOTTEN device { bundle_id: \"b\" user_id: \"u\" } event_time_ms: 9")
+    }
+
     @Test func everyOutcomeReasonAndRequestStatusByName() throws {
         // Each Swift case is the .proto value of the same number and name, on the wire and in text.
-        #expect(OutcomeReason.allCases.count == 14)
+        #expect(OutcomeReason.allCases.count == 15)
         for reason in OutcomeReason.allCases where reason != .unspecified {
             let name = try #require(reason.protoName)
             #expect(name.hasPrefix("OUTCOME_REASON_"))
@@ -70,6 +90,7 @@ struct ProtocInteropTests {
             try expectMatchesProtoc(TokenInvalidated(outcomeReason: reason), text: "outcome_reason: \(name)")
         }
         #expect(OutcomeReason.expired.rawValue == 1 && OutcomeReason.invalidDeviceToken.rawValue == 13)
+        #expect(OutcomeReason.userForgotten.rawValue == 14)
         #expect(RequestStatus.allCases.map(\.protoName) == [
             "REQUEST_STATUS_UNSPECIFIED", "REQUEST_STATUS_ACCEPTED", "REQUEST_STATUS_SCHEDULED", "REQUEST_STATUS_RUNNING",
             "REQUEST_STATUS_COMPLETED", "REQUEST_STATUS_CANCELLED",

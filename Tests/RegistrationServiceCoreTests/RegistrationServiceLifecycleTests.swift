@@ -18,6 +18,7 @@ struct RegistrationServiceLifecycleTests {
         var configuration = RegistrationService.Configuration(
             producer: .init(bootstrapServers: [cluster.bootstrapServers]), server: .init(http2: .init(host: "127.0.0.1", port: port)))
         configuration.fitShutdown(into: .seconds(10))
+        configuration.auth.disabled = true  // these tests are about the lifecycle; auth has its own
         return configuration
     }
 

@@ -54,9 +54,69 @@ def stack_env() -> dict[str, str]:
     return env
 
 
-def grpc_channel():
+def api_key() -> str:
+    """The development API key scripts/up generated (every bundle id and operation)."""
+    return stack_env().get("PUSH_API_KEY", "")
+
+
+def auth_headers(key: str | None = None) -> dict[str, str]:
+    """`authorization: Bearer <key>` for JSON calls (the development key by default)."""
+    key = api_key() if key is None else key
+    return {"authorization": f"Bearer {key}"} if key else {}
+
+
+class _BearerAuth:
+    """Adds `authorization: Bearer <credential>` to every call of a channel (grpcio interceptor)."""
+
+    def __new__(cls, credential: str):
+        import grpc
+
+        class Interceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+            def _add(self, details):
+                metadata = list(details.metadata or []) + [("authorization", f"Bearer {credential}")]
+                return details._replace(metadata=metadata) if hasattr(details, "_replace") else _Details(details, metadata)
+
+            def intercept_unary_unary(self, continuation, details, request):
+                return continuation(self._add(details), request)
+
+            def intercept_unary_stream(self, continuation, details, request):
+                return continuation(self._add(details), request)
+
+        return Interceptor()
+
+
+class _Details:
+    """grpc.ClientCallDetails with other metadata."""
+
+    def __init__(self, details, metadata):
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = getattr(details, "wait_for_ready", None)
+        self.compression = getattr(details, "compression", None)
+
+
+def grpc_channel(credential: str | None = None):
+    """A channel to the registration service that sends the development API key (or `credential`;
+    "" sends none) with every call."""
     import grpc
-    return grpc.insecure_channel(stack_env()["PUSH_GRPC_ADDRESS"])
+    channel = grpc.insecure_channel(stack_env()["PUSH_GRPC_ADDRESS"])
+    credential = api_key() if credential is None else credential
+    return grpc.intercept_channel(channel, _BearerAuth(credential)) if credential else channel
+
+
+def kafka_control(*commands: str) -> list[str]:
+    """Sends commands (`down 1`, `up 1`) to the dev broker's control port; returns the answers."""
+    import socket
+    host, port = stack_env()["PUSH_KAFKA_CONTROL"].rsplit(":", 1)
+    answers = []
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        reader = conn.makefile("r")
+        for command in commands:
+            conn.sendall((command + "\n").encode())
+            answers.append(reader.readline().rstrip("\n"))
+    return answers
 
 
 def register_token(device_token: str, bundle_id: str, environment: str = "SANDBOX", user_id: str = "",

@@ -162,12 +162,12 @@ def test_json_over_http2_registers_and_names_the_bad_field():
     address = stack.stack_env()["PUSH_GRPC_ADDRESS"]
     token = stack.random_token()
     with httpx.Client(http1=False, http2=True, timeout=10) as client:
-        ok = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken",
+        ok = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", headers=stack.auth_headers(),
                          json={"device": {"deviceToken": token.upper(), "bundleId": "com.example.e2e",
                                           "environment": "PRODUCTION", "userId": "json-user"}})
         assert ok.status_code == 200, ok.text
         assert ok.json()["deviceToken"] == token
-        bad = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken",
+        bad = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", headers=stack.auth_headers(),
                           json={"device": {"deviceToken": "xyz", "bundleId": "com.example.e2e", "environment": "PRODUCTION"}})
         assert bad.status_code == 400
         assert bad.json()["code"] == "INVALID_ARGUMENT"
@@ -251,12 +251,12 @@ def test_oversized_registrations_are_refused_without_buffering_them():
     import httpx
     address = stack.stack_env()["PUSH_GRPC_ADDRESS"]
     huge = {"device": {"deviceToken": stack.random_token(), "bundleId": "com.example.e2e", "environment": "SANDBOX",
-                       "userId": "x" * 200_000}}
+                       "userId": "x" * 1_500_000}}
     with httpx.Client(http1=False, http2=True, timeout=30) as client:
-        reply = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", json=huge)
+        reply = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", json=huge, headers=stack.auth_headers())
         assert reply.status_code == 413
         wrong_type = client.post(f"http://{address}/push.v1.TokenRegistry/RegisterToken", content=b"x",
-                                 headers={"content-type": "text/plain"})
+                                 headers={"content-type": "text/plain", **stack.auth_headers()})
         assert wrong_type.status_code == 415
     common, registry = stack.pb("common_pb2"), stack.pb("token_registry_pb2")
     with stack.grpc_channel() as channel:
@@ -264,7 +264,7 @@ def test_oversized_registrations_are_refused_without_buffering_them():
                                    request_serializer=lambda m: m.SerializeToString(),
                                    response_deserializer=registry.RegisterTokenResponse.FromString)
         device = common.Device(device_token=stack.random_token(), bundle_id="com.example.e2e",
-                               environment=common.Environment.Value("SANDBOX"), user_id="y" * 100_000)
+                               environment=common.Environment.Value("SANDBOX"), user_id="y" * 1_200_000)
         with pytest.raises(grpc.RpcError) as caught:
             call(registry.RegisterTokenRequest(device=device), timeout=10)
         assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

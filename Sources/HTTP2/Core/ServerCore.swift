@@ -35,6 +35,15 @@ final class ServerStream: OutboundStream, @unchecked Sendable {
     var lingering = false
     /// The last frame of the response (END_STREAM) was sent.
     var responseEnded = false
+    /// Called once when the stream closes (client reset, end, or connection closed); loop thread.
+    var onClose: (@Sendable () -> Void)?
+
+    func markClosed() {
+        closed = true
+        let callback = onClose
+        onClose = nil
+        callback?()
+    }
 
     init(id: Int32, headerListLimit: Int) {
         self.id = id
@@ -220,7 +229,7 @@ final class ServerCore: SessionCore, @unchecked Sendable {
     }
 
     override func connectionDidClose(_ error: HTTP2Error?) {
-        for stream in streams.values { stream.closed = true }
+        for stream in streams.values { stream.markClosed() }
         streams.removeAll()
         // The handle holds this core: without this, every connection (its TLS state included) leaked.
         handle = nil
@@ -297,7 +306,7 @@ final class ServerCore: SessionCore, @unchecked Sendable {
 
     fileprivate func endStream(_ streamID: Int32) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.closed = true
+        stream.markClosed()
         releaseBody(stream)
         if streams.isEmpty && phase == .open {
             let now = monotonicNanos()
@@ -436,6 +445,43 @@ final class ServerCore: SessionCore, @unchecked Sendable {
         stream.resetAfterResponse = false
         nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream.id, HTTP2ErrorCode.noError.rawValue)
         scheduleFlush()
+    /// Starts a streaming response: HEADERS now, DATA as `sendData` supplies it, the end (trailers)
+    /// with `finishStreaming`.
+    func startStreaming(_ stream: ServerStream, status: Int, headers: [HTTP2Header]) {
+        guard phase == .open, let session, !stream.closed, !stream.responded else { return }
+        stream.responded = true
+        stream.outOpen = true
+        let rc: Int32 = withHeaderBlock(pseudo: [(":status", statusText(status))], headers: headers) { nva, count in
+            var provider = nghttp2_data_provider()
+            provider.read_callback = dataSourceRead
+            return nghttp2_submit_response(session, stream.id, nva, count, &provider)
+        }
+        if rc != 0 {
+            nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream.id, HTTP2ErrorCode.internalError.rawValue)
+        }
+        scheduleFlush()
+    }
+
+    /// Appends `bytes` to a streaming response's body.
+    func sendData(_ stream: ServerStream, _ bytes: [UInt8]) {
+        guard phase == .open, let session, !stream.closed, stream.outOpen else { return }
+        stream.outBody.append(contentsOf: bytes)
+        nghttp2_session_resume_data(session, stream.id)
+        scheduleFlush()
+    }
+
+    /// Ends a streaming response with `trailers` (END_STREAM on the trailers' HEADERS).
+    func finishStreaming(_ stream: ServerStream, trailers: [HTTP2Header]) {
+        guard phase == .open, let session, !stream.closed, stream.outOpen else { return }
+        stream.outOpen = false
+        stream.outTrailers = trailers
+        nghttp2_session_resume_data(session, stream.id)
+        scheduleFlush()
+    }
+
+    /// Registers `callback` for the stream's close; called at once when it is already closed.
+    func onClose(_ stream: ServerStream, _ callback: @escaping @Sendable () -> Void) {
+        if stream.closed { callback() } else { stream.onClose = callback }
     }
 
     func reset(_ stream: ServerStream, _ code: HTTP2ErrorCode) {

@@ -310,6 +310,9 @@ class OutboundStream {
     var outBody: [UInt8] = []
     var outOffset = 0
     var outTrailers: [HTTP2Header]?
+    /// A streaming response whose end has not been submitted: when the body runs out, the data
+    /// source defers (NGHTTP2_ERR_DEFERRED) until more arrives and `nghttp2_session_resume_data`.
+    var outOpen = false
 }
 
 /// nghttp2 data source: copies the next chunk of the stream's body; at the end submits trailers
@@ -323,6 +326,11 @@ func dataSourceRead(
         return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
     }
     let stream = Unmanaged<OutboundStream>.fromOpaque(pointer).takeUnretainedValue()
+    if stream.outOpen && stream.outOffset == stream.outBody.count {
+        stream.outBody.removeAll(keepingCapacity: true)
+        stream.outOffset = 0
+        return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+    }
     let remaining = stream.outBody.count - stream.outOffset
     let count = min(remaining, length)
     if count > 0, let buffer {
@@ -331,7 +339,7 @@ func dataSourceRead(
         }
         stream.outOffset += count
     }
-    if stream.outOffset == stream.outBody.count {
+    if stream.outOffset == stream.outBody.count && !stream.outOpen {
         flags?.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
         if let trailers = stream.outTrailers, !trailers.isEmpty, let userData {
             let core = Unmanaged<SessionCore>.fromOpaque(userData).takeUnretainedValue()

@@ -37,6 +37,15 @@ final class RDKafkaProducerClient: @unchecked Sendable {
         rd_kafka_destroy(handle)
     }
 
+    /// Whether a broker answers a metadata request (`rd_kafka_metadata`) within `timeoutMilliseconds`.
+    /// Blocks up to that long: call it on a thread of its own.
+    func brokersReachable(timeoutMilliseconds: Int32) -> Bool {
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let error = rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMilliseconds)
+        if let metadata { rd_kafka_metadata_destroy(metadata) }
+        return error == RD_KAFKA_RESP_ERR_NO_ERROR
+    }
+
     /// Enqueues `record` with `rd_kafka_produceva` (copying key, value and headers); its delivery report
     /// carries `id`. Returns `nil` when enqueued, else the error (`queueFull`, `fatal`, …). Non-blocking.
     func produce(id: UInt64, _ record: OutgoingRecord) -> KafkaError? {
