@@ -445,6 +445,8 @@ final class ServerCore: SessionCore, @unchecked Sendable {
         stream.resetAfterResponse = false
         nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), stream.id, HTTP2ErrorCode.noError.rawValue)
         scheduleFlush()
+    }
+
     /// Starts a streaming response: HEADERS now, DATA as `sendData` supplies it, the end (trailers)
     /// with `finishStreaming`.
     func startStreaming(_ stream: ServerStream, status: Int, headers: [HTTP2Header]) {
