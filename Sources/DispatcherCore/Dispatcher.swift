@@ -96,6 +96,7 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.offsetCommit = .storedOffsets(autoCommitInterval: configuration.autoCommitInterval)
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
+        consumerConfiguration.additionalProperties = configuration.kafkaProperties
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
 

@@ -18,6 +18,8 @@ public struct DispatcherService: Service {
         public var tokens: APNsProviderTokenCache
         /// libpq connection string of the token database.
         public var postgresURL: String
+        /// The database password when it is not in `postgresURL` (`PUSH_PG_PASSWORD_FILE`). Default `nil`.
+        public var postgresPassword: String? = nil
         /// Settings of the producer that publishes feedback and dead letters.
         public var producer: KafkaProducerConfiguration
 
@@ -34,6 +36,9 @@ public struct DispatcherService: Service {
 
     private let settings: Settings
     private let logger: Logger
+    /// Whether the four topics exist, checked at start and every 10 s while running: its `problem`
+    /// names a missing topic (for logs and readiness).
+    public let topicWatch: KafkaTopicWatch
 
     /// - Parameters:
     ///   - settings: see `Settings`.
@@ -41,13 +46,18 @@ public struct DispatcherService: Service {
     public init(settings: Settings, logger: Logger) {
         self.settings = settings
         self.logger = logger
+        self.topicWatch = KafkaTopicWatch(
+            topics: settings.dispatcher.topics.all, bootstrapServers: settings.dispatcher.bootstrapServers,
+            additionalProperties: settings.dispatcher.kafkaProperties, logger: logger.with(["component": "kafka.topics"]))
     }
 
     /// Starts the pool, the producer and the APNs client, runs the engine until graceful shutdown,
     /// then closes them in order.
     /// - Throws: `PostgresError` or `KafkaError` when a dependency cannot start or migrations fail.
     public func run(shutdown: GracefulShutdown) async throws {
-        let pool = PostgresPool(configuration: .init(conninfo: settings.postgresURL), logger: logger.with(["component": "postgres"]))
+        var poolConfiguration = PostgresPoolConfiguration(conninfo: settings.postgresURL)
+        poolConfiguration.password = settings.postgresPassword
+        let pool = PostgresPool(configuration: poolConfiguration, logger: logger.with(["component": "postgres"]))
         try await pool.start()
         let producer: KafkaProducer
         do {
@@ -59,12 +69,14 @@ public struct DispatcherService: Service {
         let client = APNsClient(configuration: settings.apns, tokens: settings.tokens, logger: logger.with(["component": "apns"]))
         let dispatcher = Dispatcher(
             configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger)
+        let watch = Task { [topicWatch] in await topicWatch.watch() }
         var failure: (any Error)?
         do {
             try await dispatcher.run(shutdown: shutdown)
         } catch {
             failure = error
         }
+        watch.cancel()
         await client.shutdown()
         await producer.shutdown()
         await pool.close()

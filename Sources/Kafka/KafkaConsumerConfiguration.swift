@@ -101,7 +101,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// whole group's rebalance waits for this member meanwhile, so the application should finish in
     /// well under a second (drop queued work, wait only for what is in progress, store, finish).
     public var revocationTimeout: Duration = .seconds(10)
-    /// Any other librdkafka property, applied last (so it overrides the fields above).
+    /// Any other librdkafka property, applied after the fields above (so it overrides them), for
+    /// example the security settings of `KafkaSecurity.properties`. `allow.auto.create.topics` is
+    /// always `false`.
     public var additionalProperties: [String: String] = [:]
 
     /// Creates a configuration; every other field has its default.
@@ -138,6 +140,10 @@ public struct KafkaConsumerConfiguration: Sendable {
         }
         if let groupInstanceID { list.append(("group.instance.id", groupInstanceID)) }
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
+        // Never let a record or a subscription create a topic with the broker's default partition
+        // count: topics are created by operators (docs/operations in the README). Applied last, so no
+        // additional property can turn it back on.
+        list.append(("allow.auto.create.topics", "false"))
         return list
     }
 }

@@ -40,7 +40,9 @@ public struct KafkaProducerConfiguration: Sendable {
     /// (`RD_KAFKA_RESP_ERR__FATAL`, e.g. the idempotent producer's sequence desynchronisation in
     /// librdkafka 2.0.2). Default `true`. When `false`, pending sends fail with a fatal `KafkaError`.
     public var recoverFromFatalErrors: Bool = true
-    /// Any other librdkafka property, applied last (so it overrides the fields above).
+    /// Any other librdkafka property, applied after the fields above (so it overrides them), for
+    /// example the security settings of `KafkaSecurity.properties`. `allow.auto.create.topics` is
+    /// always `false`.
     public var additionalProperties: [String: String] = [:]
 
     /// Creates a configuration for the given brokers; every other field has its default.
@@ -62,6 +64,10 @@ public struct KafkaProducerConfiguration: Sendable {
             ("message.max.bytes", String(maxMessageBytes)),
         ]
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
+        // Never let a record or a subscription create a topic with the broker's default partition
+        // count: topics are created by operators (docs/operations in the README). Applied last, so no
+        // additional property can turn it back on.
+        list.append(("allow.auto.create.topics", "false"))
         return list
     }
 }

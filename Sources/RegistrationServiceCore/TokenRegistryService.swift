@@ -11,16 +11,20 @@ public final class TokenRegistryService: Sendable {
 
     private let producer: KafkaProducer
     private let topic: String
+    private let topicWatch: KafkaTopicWatch?
     private let clock: any WallClock
     private let logger: Logger
 
     /// - Parameters:
     ///   - producer: an idempotent producer with acks=all.
     ///   - topic: the token events topic (default `push.token-events.v1`).
-    public init(producer: KafkaProducer, topic: String = "push.token-events.v1", clock: any WallClock = SystemWallClock(),
-                logger: Logger = Logger(label: "registration")) {
+    ///   - topicWatch: when given and its last check found `topic` missing, calls fail at once with
+    ///     `.unavailable` naming the topic.
+    public init(producer: KafkaProducer, topic: String = "push.token-events.v1", topicWatch: KafkaTopicWatch? = nil,
+                clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "registration")) {
         self.producer = producer
         self.topic = topic
+        self.topicWatch = topicWatch
         self.clock = clock
         self.logger = logger
     }
@@ -65,12 +69,18 @@ public final class TokenRegistryService: Sendable {
     }
 
     private func publish(_ event: TokenEvent, token: String) async throws(RegistrationError) {
+        if let topicWatch, topicWatch.missingTopics.contains(topic) {
+            throw RegistrationError(code: .unavailable, message: "Kafka topic \(topic) does not exist; an operator must create it")
+        }
         do {
             _ = try await producer.send(
                 topic: topic, key: Array(token.utf8), value: event.serializedBytes(),
                 headers: [KafkaHeader(name: "content-type", value: Self.tokenEventContentType)])
         } catch {
             logger.error("token event not acknowledged by Kafka", ["error": "\(error)", "event_id": event.eventID])
+            if let kafka = error as? KafkaError, kafka.code == .unknownTopic || kafka.code == .unknownTopicOrPartition {
+                throw RegistrationError(code: .unavailable, message: "Kafka topic \(topic) does not exist; an operator must create it", cause: error)
+            }
             throw RegistrationError(code: .unavailable, message: "the token event was not acknowledged by Kafka; retry", cause: error)
         }
     }
