@@ -7,7 +7,16 @@ import ServiceCore
 public enum PushCtl {
     /// Runs `arguments` (without the program name) with `environment`.
     /// - Returns: the exit status.
-    public static func run(_ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment) async -> Int32 {
+    public static func run(_ given: [String], environment: [String: String] = ProcessInfo.processInfo.environment) async -> Int32 {
+        // `--env-file FILE` may also come before the command: it is an option of every command.
+        var arguments = given
+        var leading: [String] = []
+        while let first = arguments.first, first == "--env-file" || first.hasPrefix("--env-file=") {
+            let count = first == "--env-file" ? min(2, arguments.count) : 1
+            leading += arguments.prefix(count)
+            arguments.removeFirst(count)
+        }
+        arguments += leading
         if arguments.isEmpty || arguments == ["--help"] || arguments == ["-h"] || arguments == ["help"] {
             print(PushCtlCommand.overview)
             return arguments.isEmpty ? PushCtlExitCode.usage.rawValue : 0
