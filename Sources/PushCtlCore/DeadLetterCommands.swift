@@ -115,7 +115,20 @@ enum DeadLetterCommands {
 
     static func render(_ message: KafkaMessage, _ letter: DeadLetter?, json: Bool) -> String {
         guard let letter else { return "\(message.topic)[\(message.partition)]@\(message.offset) (not a DeadLetter record)" }
-        if json { return letter.jsonString() }
+        if json {
+            var writer = JSONWriter()
+            writer.beginObject()
+            writer.writeKey("topic")
+            writer.writeString(message.topic)
+            writer.writeKey("partition")
+            writer.writeNumber(String(message.partition.rawValue))
+            writer.writeKey("offset")
+            writer.writeNumber(String(message.offset.rawValue))
+            writer.writeKey("deadLetter")
+            writer.writeRaw(letter.jsonString())
+            writer.endObject()
+            return String(decoding: writer.bytes, as: UTF8.self)
+        }
         return "\(message.topic)[\(message.partition)]@\(message.offset) source=\(letter.sourceTopic)[\(letter.sourcePartition)]@\(letter.sourceOffset) "
             + "size=\(letter.originalValueSize)\(letter.originalValueTruncated ? " (truncated)" : "") by=\(letter.rejectedBy) error=\"\(letter.error)\""
     }

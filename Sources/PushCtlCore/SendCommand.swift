@@ -99,6 +99,7 @@ enum SendCommand {
         let deadline = started + timeout
         let interactive = isatty(2) != 0
         func draw(force: Bool = false) {
+            let total = total ?? (force ? reports : nil)
             let now = ContinuousClock.now
             guard force || now - lastDrawn >= (interactive ? .milliseconds(100) : .seconds(1)) else { return }
             lastDrawn = now
@@ -117,6 +118,10 @@ enum SendCommand {
                     reports += 1
                     counts[report.outcome, default: 0] += 1
                 case .requestCompleted(let completed) where completed.requestID == requestID:
+                    // Reports of other partitions may still be on their way: the completion's counts are final.
+                    reports = Int(completed.total)
+                    counts = [.delivered: Int(completed.delivered), .rejected: Int(completed.rejected),
+                              .failed: Int(completed.failed), .skipped: Int(completed.skipped)]
                     draw(force: true)
                     if interactive { PushCtl.endProgress() }
                     return completed
