@@ -193,8 +193,12 @@ public struct EnvironmentConfig: Sendable {
 
     /// One of `choices` (matched exactly) named by `name`'s value, or `defaultValue` when unset.
     /// - Throws: `EnvironmentConfig.Error` listing the choices when set to anything else.
-    public func choice<T>(_ name: String, default defaultValue: T, _ choices: KeyValuePairs<String, T>) throws -> T {
-        guard let raw = string(name) else { return defaultValue }
+    public func choice<T: Equatable>(_ name: String, default defaultValue: T, _ choices: KeyValuePairs<String, T>) throws -> T {
+        guard let raw = string(name) else {
+            // The report shows the default by its name among the choices.
+            if let key = choices.first(where: { $0.value == defaultValue })?.key { note(name, key, .default) }
+            return defaultValue
+        }
         guard let match = choices.first(where: { $0.key == raw }) else {
             try fail(name, "expected \(choices.map(\.key).joined(separator: " or ")), got \"\(raw)\"")
             return defaultValue

@@ -20,6 +20,8 @@ import Testing
             #expect(report.contains("error: \(name):"), "\(name) not named in:\n\(report)")
         }
         #expect(report.contains("expected up or down"))
+        #expect(try env.choice("PUSH_E", default: 2, ["up": 1, "down": 2]) == 2)
+        #expect(env.checkReport(program: "test").contains("PUSH_E") && env.checkReport(program: "test").contains("= down  (default)"))
     }
 
     @Test func throwingModeStopsAtTheFirstBadVariable() {
