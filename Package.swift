@@ -1,7 +1,14 @@
 // swift-tools-version:6.0
 // Push-notification delivery platform: registration service, dispatcher and APNs simulator.
 // No outside Swift packages: the four C libraries come from Debian through systemLibrary targets.
+import Foundation
 import PackageDescription
+
+// The test targets live under Tests/, which the Docker image's build context leaves out: declare them
+// only when the directory is there, so `swift build` of the products needs Package.swift, Sources/ and
+// Protos/ alone (Tests/e2e/test_image_context.py builds from exactly what the Dockerfile copies).
+let packageDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+let hasTests = FileManager.default.fileExists(atPath: packageDirectory.appendingPathComponent("Tests").path)
 
 let package = Package(
     name: "push",
@@ -11,6 +18,7 @@ let package = Package(
         .executable(name: "dispatcher", targets: ["dispatcher"]),
         .executable(name: "apns-simulator", targets: ["apns-simulator"]),
         .executable(name: "kafka-dev-broker", targets: ["kafka-dev-broker"]),
+        .executable(name: "pushctl", targets: ["pushctl"]),
     ],
     dependencies: [],
     targets: [
@@ -51,6 +59,17 @@ let package = Package(
         .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "HTTP2", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
+        // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
+        // simulator faults). Its logic is in PushCtlCore, tested without I/O.
+        .target(
+            name: "PushCtlCore",
+            dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+        .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
+    ]
+)
+
+if hasTests {
+    package.targets += [
 
         // Tests (Swift Testing) against real parts. Python oracles live beside some of them.
         .testTarget(name: "ServiceCoreTests", dependencies: ["PushTestSupport", "ServiceCore"]),
@@ -73,5 +92,6 @@ let package = Package(
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
-)
+}

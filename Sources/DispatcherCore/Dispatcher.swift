@@ -100,6 +100,7 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.offsetCommit = .storedOffsets(autoCommitInterval: configuration.autoCommitInterval)
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
+        consumerConfiguration.additionalProperties = configuration.kafkaProperties
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
         monitor.readiness.setPhase(.running)

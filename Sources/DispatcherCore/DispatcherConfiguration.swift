@@ -3,13 +3,23 @@ import Kafka
 
 /// Everything the dispatcher needs to run; executables fill it from the environment.
 public struct DispatcherConfiguration: Sendable {
-    /// Kafka topics (docs/semantics.md "Wire contracts").
+    /// Kafka topics (docs/semantics.md "Wire contracts"); the executable reads them from
+    /// `PUSH_TOPIC_TOKEN_EVENTS`, `PUSH_TOPIC_SEND_REQUESTS`, `PUSH_TOPIC_FEEDBACK`,
+    /// `PUSH_TOPIC_DEAD_LETTER`.
     public struct Topics: Sendable {
+        /// Token events consumed. Default `push.token-events.v1`.
         public var tokenEvents = "push.token-events.v1"
+        /// Send and cancel requests consumed. Default `push.send-requests.v1`.
         public var sendRequests = "push.send-requests.v1"
+        /// Delivery reports and request completions produced. Default `push.feedback.v1`.
         public var feedback = "push.feedback.v1"
+        /// Dead letters produced. Default `push.dead-letter.v1`.
         public var deadLetter = "push.dead-letter.v1"
+        /// The default names.
         public init() {}
+
+        /// All four, in the order above.
+        public var all: [String] { [tokenEvents, sendRequests, feedback, deadLetter] }
     }
 
     /// Kafka bootstrap servers, `host:port` each.
@@ -17,6 +27,9 @@ public struct DispatcherConfiguration: Sendable {
     /// The consumer group all replicas share. Default `push-dispatcher`.
     public var consumerGroup = "push-dispatcher"
     public var topics = Topics()
+    /// Further librdkafka properties of the consumer (the security settings of
+    /// `KafkaSecurity.properties`). Default none.
+    public var kafkaProperties: [String: String] = [:]
     /// Kafka's session timeout for this consumer: how long a dead replica keeps its partitions.
     /// Default 45 s (Kafka's); tests use less.
     public var sessionTimeout: Duration = .seconds(45)

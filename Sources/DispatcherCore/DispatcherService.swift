@@ -18,6 +18,8 @@ public struct DispatcherService: Service {
         public var tokens: APNsProviderTokenCache
         /// libpq connection string of the token database.
         public var postgresURL: String
+        /// The database password when it is not in `postgresURL` (`PUSH_PG_PASSWORD_FILE`). Default `nil`.
+        public var postgresPassword: String? = nil
         /// Settings of the producer that publishes feedback and dead letters.
         public var producer: KafkaProducerConfiguration
         /// Readiness, scrape-time gauges and test hooks, read by the admin port.
@@ -39,6 +41,9 @@ public struct DispatcherService: Service {
 
     private let settings: Settings
     private let logger: Logger
+    /// Whether the four topics exist, checked at start and every 10 s while running: its `problem`
+    /// names a missing topic (for logs and readiness).
+    public let topicWatch: KafkaTopicWatch
 
     /// - Parameters:
     ///   - settings: see `Settings`.
@@ -46,6 +51,9 @@ public struct DispatcherService: Service {
     public init(settings: Settings, logger: Logger) {
         self.settings = settings
         self.logger = logger
+        self.topicWatch = KafkaTopicWatch(
+            topics: settings.dispatcher.topics.all, bootstrapServers: settings.dispatcher.bootstrapServers,
+            additionalProperties: settings.dispatcher.kafkaProperties, logger: logger.with(["component": "kafka.topics"]))
     }
 
     /// Starts the pool, the producer and the APNs client, runs the engine until graceful shutdown,
@@ -54,7 +62,9 @@ public struct DispatcherService: Service {
     public func run(shutdown: GracefulShutdown) async throws {
         let readiness = settings.monitor.readiness
         readiness.usesDatabase()
-        let pool = PostgresPool(configuration: .init(conninfo: settings.postgresURL), logger: logger.with(["component": "postgres"]))
+        var poolConfiguration = PostgresPoolConfiguration(conninfo: settings.postgresURL)
+        poolConfiguration.password = settings.postgresPassword
+        let pool = PostgresPool(configuration: poolConfiguration, logger: logger.with(["component": "postgres"]))
         try await pool.start()
         // /readyz reads the last outcome of this loop, never a query of its own.
         let databaseChecks = Task { [interval = settings.databaseCheckInterval, logger] in
@@ -86,6 +96,7 @@ public struct DispatcherService: Service {
         let dispatcher = Dispatcher(
             configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger,
             monitor: settings.monitor)
+        let watch = Task { [topicWatch] in await topicWatch.watch() }
         var failure: (any Error)?
         do {
             try await dispatcher.run(shutdown: shutdown)
@@ -94,6 +105,7 @@ public struct DispatcherService: Service {
         }
         readiness.setPhase(.stopping)
         readiness.setProducer(nil)
+        watch.cancel()
         await client.shutdown()
         await producer.shutdown()
         await pool.close()

@@ -7,3 +7,12 @@ public enum KafkaLibrary {
     /// assignor state was never set (librdkafka issue 4312, fixed in 2.3.0).
     public static var hasCooperativeStickyFix: Bool { RDKafkaVersion.number >= 0x0203_0000 }
 }
+
+extension KafkaLibrary {
+    /// Whether librdkafka accepts `value` for the client property `name` (`rd_kafka_conf_set` on a
+    /// scratch configuration): `nil` when it does, else librdkafka's explanation (unknown property,
+    /// invalid value, feature not built in).
+    public static func checkProperty(_ name: String, _ value: String) -> String? {
+        RDKafkaConfig.check(name, value)
+    }
+}

@@ -44,8 +44,13 @@ public final class KafkaProducer: Sendable {
     ///   found in the delivery report),
     ///   `unknownTopicOrPartition`, `shutdown` after `shutdown()`, `fatal` when recovery is disabled.
     public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws -> KafkaDeliveryReport {
-        let (partition, offset) = try await core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers))
-        return KafkaDeliveryReport(topic: topic, partition: partition, offset: offset)
+        do {
+            let (partition, offset) = try await core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers))
+            return KafkaDeliveryReport(topic: topic, partition: partition, offset: offset)
+        } catch let error as KafkaError where error.code == .unknownTopic || error.code == .unknownTopicOrPartition {
+            // librdkafka's report says "Unknown topic" without its name: name it for the operator.
+            throw KafkaError(code: error.code, message: "topic \"\(topic)\" does not exist (\(error.message))", cause: error)
+        }
     }
 
     /// Sends one record whose key is the UTF-8 encoding of `key`. See `send(topic:key:value:headers:)`.

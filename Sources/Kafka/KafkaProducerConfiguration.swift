@@ -43,7 +43,9 @@ public struct KafkaProducerConfiguration: Sendable {
     /// How often librdkafka reports statistics (`statistics.interval.ms`), from which `health` reads
     /// broker connection states, without a broker query. Default 5 s; nil turns statistics off.
     public var statisticsInterval: Duration? = .seconds(5)
-    /// Any other librdkafka property, applied last (so it overrides the fields above).
+    /// Any other librdkafka property, applied after the fields above (so it overrides them), for
+    /// example the security settings of `KafkaSecurity.properties`. `allow.auto.create.topics` is
+    /// always `false`.
     public var additionalProperties: [String: String] = [:]
 
     /// Creates a configuration for the given brokers; every other field has its default.
@@ -66,6 +68,10 @@ public struct KafkaProducerConfiguration: Sendable {
         ]
         if let statisticsInterval { list.append(("statistics.interval.ms", String(max(1, statisticsInterval.wholeMilliseconds)))) }
         for key in additionalProperties.keys.sorted() { list.append((key, additionalProperties[key]!)) }
+        // Never let a record or a subscription create a topic with the broker's default partition
+        // count: topics are created by operators (docs/operations in the README). Applied last, so no
+        // additional property can turn it back on.
+        list.append(("allow.auto.create.topics", "false"))
         return list
     }
 }

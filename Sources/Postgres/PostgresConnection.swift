@@ -47,18 +47,20 @@ public final class PostgresConnection: Sendable {
     ///     string (`host=127.0.0.1 port=54329 dbname=push user=postgres`), as libpq accepts (PostgreSQL 15
     ///     docs, §34.1.1). `connect_timeout` defaults to 10 s. The session runs with `TimeZone=UTC`,
     ///     `DateStyle=ISO` and `bytea_output=hex` (the `options` keyword can add more).
+    ///   - password: the password (libpq's `password` keyword), overriding one in `conninfo`; for a
+    ///     password kept in a file rather than in the connection string. Default: none.
     ///   - logger: receives server notices (instead of libpq's default, stderr) and connection events.
     ///   - onNotice: also called with every notice, on the connection's thread; keep it short.
     /// - Throws: `PostgresError` `.connectionFailed`, whose message names the host, port, database and
     ///   user and gives libpq's reason (refused, authentication failed, timeout, bad URL); never the password.
     public static func connect(
-        _ conninfo: String, logger: Logger = Logger(label: "postgres"),
+        _ conninfo: String, password: String? = nil, logger: Logger = Logger(label: "postgres"),
         onNotice: (@Sendable (PostgresNotice) -> Void)? = nil
     ) async throws -> PostgresConnection {
         let thread = DedicatedThread(name: "pg-conn-\(connectionCounter.add(1, ordering: .relaxed).newValue)")
         let sink = NoticeSink(logger: logger, handler: onNotice)
         let result = try await thread.run {
-            PQConnection.connect(conninfo: conninfo, applicationName: "push", notices: sink)
+            PQConnection.connect(conninfo: conninfo, password: password, applicationName: "push", notices: sink)
         }
         switch result {
         case .success(let handle):

@@ -167,7 +167,7 @@ public final class PostgresPool: Sendable {
 
     private func openConnection() async throws -> PostgresConnection {
         do {
-            let connection = try await PostgresConnection.connect(configuration.conninfo, logger: logger)
+            let connection = try await PostgresConnection.connect(configuration.conninfo, password: configuration.password, logger: logger)
             state.withLock { $0.machine.connected() }
             return connection
         } catch {

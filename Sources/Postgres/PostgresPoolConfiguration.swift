@@ -2,6 +2,9 @@
 public struct PostgresPoolConfiguration: Sendable {
     /// A libpq URL or keyword string, as `PostgresConnection.connect` takes it.
     public var conninfo: String
+    /// The password, when it is not in `conninfo` (read from a file such as `PUSH_PG_PASSWORD_FILE`).
+    /// Default `nil`.
+    public var password: String? = nil
     /// Connections opened by `start()` (default 1). The pool does not reopen them eagerly after a
     /// discard: it opens connections on demand up to `maximumConnections`.
     public var minimumConnections: Int

@@ -16,6 +16,10 @@ public struct RegistrationService: Service {
     private let configuration: Configuration
     private let logger: Logger
     private let onListening: @Sendable (_ port: Int) -> Void
+    /// Whether the token events topic exists, checked at start and every 10 s while running. While
+    /// it is missing, calls fail at once with `UNAVAILABLE` naming the topic (instead of waiting for
+    /// Kafka's metadata timeout), and its `problem` says so (for logs and readiness).
+    public let topicWatch: KafkaTopicWatch
 
     /// Creates the service; nothing connects or binds before `run(shutdown:)`.
     /// - Parameters:
@@ -30,6 +34,9 @@ public struct RegistrationService: Service {
         self.configuration = configuration
         self.logger = logger
         self.onListening = onListening
+        self.topicWatch = KafkaTopicWatch(
+            topics: [configuration.topic], bootstrapServers: configuration.producer.bootstrapServers,
+            additionalProperties: configuration.producer.additionalProperties, logger: logger.with(["component": "kafka.topics"]))
     }
 
     /// Serves `push.v1.TokenRegistry` until `shutdown` triggers, then shuts down as described on the type.
@@ -39,8 +46,10 @@ public struct RegistrationService: Service {
         let authenticator = try RegistrationAuthenticator(configuration: configuration.auth, logger: logger.with(["component": "auth"]))
         let producer = try KafkaProducer(configuration: configuration.producer, logger: logger.with(["component": "kafka.producer"]))
         configuration.readiness.setProducer { producer.health.readinessInput }
-        let service = TokenRegistryService(producer: producer, topic: configuration.topic, logger: logger)
+        let service = TokenRegistryService(producer: producer, topic: configuration.topic, topicWatch: topicWatch, logger: logger)
         let health = GRPCHealthService(services: [TokenRegistry.serviceName])
+        let watch = Task { [topicWatch] in await topicWatch.watch() }
+        defer { watch.cancel() }
         let server: RegistrationServer
         do {
             server = try RegistrationServer.start(service: service, authenticator: authenticator, health: health, configuration: configuration.server)

@@ -19,6 +19,7 @@ public final class TokenRegistryService: Sendable {
 
     private let producer: KafkaProducer
     private let topic: String
+    private let topicWatch: KafkaTopicWatch?
     private let clock: any WallClock
     private let logger: Logger
     private let metrics: RegistrationMetrics
@@ -26,11 +27,15 @@ public final class TokenRegistryService: Sendable {
     /// - Parameters:
     ///   - producer: an idempotent producer with acks=all.
     ///   - topic: the token events topic (default `push.token-events.v1`).
+    ///   - topicWatch: when given and its last check found `topic` missing, calls fail at once with
+    ///     `.unavailable` naming the topic.
     ///   - metrics: where calls are counted.
-    public init(producer: KafkaProducer, topic: String = "push.token-events.v1", clock: any WallClock = SystemWallClock(),
-                logger: Logger = Logger(label: "registration"), metrics: RegistrationMetrics = RegistrationMetrics()) {
+    public init(producer: KafkaProducer, topic: String = "push.token-events.v1", topicWatch: KafkaTopicWatch? = nil,
+                clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "registration"),
+                metrics: RegistrationMetrics = RegistrationMetrics()) {
         self.producer = producer
         self.topic = topic
+        self.topicWatch = topicWatch
         self.clock = clock
         self.logger = logger
         self.metrics = metrics
@@ -176,6 +181,9 @@ public final class TokenRegistryService: Sendable {
     /// Produces `event` with its content type and the caller's trace (`traceParent` invalid or nil:
     /// a new trace), and waits for Kafka's acknowledgement.
     private func publish(_ event: TokenEvent, key: String, traceParent: String?) async throws(RegistrationError) {
+        if let topicWatch, topicWatch.missingTopics.contains(topic) {
+            throw RegistrationError(code: .unavailable, message: "Kafka topic \(topic) does not exist; an operator must create it")
+        }
         let trace = TraceParent.resolve([traceParent]).trace
         do {
             _ = try await producer.send(
@@ -186,6 +194,9 @@ public final class TokenRegistryService: Sendable {
                 ])
         } catch {
             logger.error("token event not acknowledged by Kafka", ["error": "\(error)", "event_id": event.eventID, "trace_id": trace.traceID])
+            if let kafka = error as? KafkaError, kafka.code == .unknownTopic || kafka.code == .unknownTopicOrPartition {
+                throw RegistrationError(code: .unavailable, message: "Kafka topic \(topic) does not exist; an operator must create it", cause: error)
+            }
             throw RegistrationError(code: .unavailable, message: "the token event was not acknowledged by Kafka; retry", cause: error)
         }
     }

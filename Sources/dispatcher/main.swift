@@ -9,29 +9,32 @@ import ServiceCore
 // One service group: SIGTERM/SIGINT → graceful shutdown (running records finish, the finished prefix
 // is committed), a second signal or PUSH_SHUTDOWN_GRACE_MS → cancellation (unfinished records are
 // never committed). Exit 0 after a graceful stop, 1 otherwise. See docs/lifecycle.md.
+// `dispatcher --check-config` validates the environment, prints the effective configuration (secrets
+// masked) and exits 0, or 2 naming every bad setting, without connecting anywhere.
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "dispatcher")
+let checking = EnvironmentConfig.checkRequested
+let env = EnvironmentConfig(collectingErrors: checking)
 let group: ServiceGroup
 let admin: AdminServer
 do {
-    let env = EnvironmentConfig()
     let bootstrap = env.string("PUSH_KAFKA_BOOTSTRAP", default: "127.0.0.1:9092").split(separator: ",").map(String.init)
+    let kafkaSecurity = try KafkaSecurity(environment: env)
     let explicitInstance = env.string("PUSH_INSTANCE_ID")
     var configuration = DispatcherConfiguration(
         bootstrapServers: bootstrap, instanceID: explicitInstance ?? ProcessInfo.processInfo.hostName)
     // Static membership only for an instance id the operator chose (stable across restarts).
     configuration.groupInstanceID = explicitInstance
     configuration.consumerGroup = env.string("PUSH_CONSUMER_GROUP", default: configuration.consumerGroup)
+    configuration.topics.tokenEvents = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: configuration.topics.tokenEvents)
+    configuration.topics.sendRequests = env.string("PUSH_TOPIC_SEND_REQUESTS", default: configuration.topics.sendRequests)
+    configuration.topics.feedback = env.string("PUSH_TOPIC_FEEDBACK", default: configuration.topics.feedback)
+    configuration.topics.deadLetter = env.string("PUSH_TOPIC_DEAD_LETTER", default: configuration.topics.deadLetter)
+    configuration.kafkaProperties = kafkaSecurity.properties
     configuration.sessionTimeout = try env.milliseconds("PUSH_KAFKA_SESSION_TIMEOUT_MS", default: configuration.sessionTimeout)
     configuration.fetchMaxWait = try env.milliseconds("PUSH_KAFKA_FETCH_WAIT_MAX_MS", default: configuration.fetchMaxWait)
-    if let name = env.string("PUSH_KAFKA_REBALANCE_PROTOCOL") {
-        switch name {
-        case "cooperative": configuration.rebalanceProtocol = .cooperative
-        case "eager": configuration.rebalanceProtocol = .eager
-        default:
-            throw EnvironmentConfig.Error(variable: "PUSH_KAFKA_REBALANCE_PROTOCOL", problem: "expected cooperative or eager, got \"\(name)\"")
-        }
-    }
+    configuration.rebalanceProtocol = try env.choice(
+        "PUSH_KAFKA_REBALANCE_PROTOCOL", default: configuration.rebalanceProtocol, ["cooperative": .cooperative, "eager": .eager])
     configuration.revokeDrain = try env.milliseconds("PUSH_REVOKE_DRAIN_MS", default: configuration.revokeDrain)
     configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition, in: 1...Int.max)
     configuration.pauseThresholdPerPartition = try env.int("PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition, in: 1...Int.max)
@@ -39,52 +42,56 @@ do {
     configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...Int.max)
     configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...Int.max)
     configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes, in: 4096...Int.max)
-    if let hours = env.string("PUSH_SEND_LOG_RETENTION_H") {
-        guard let value = Int(hours), value >= 0 else {
-            throw EnvironmentConfig.Error(variable: "PUSH_SEND_LOG_RETENTION_H", problem: "expected hours as a non-negative integer (0 keeps rows forever), got \"\(hours)\"")
-        }
-        configuration.sendLogRetention = value == 0 ? nil : .seconds(value * 3600)
-    }
-    if let name = env.string("PUSH_APNS_DEFAULT_ENVIRONMENT") {
-        guard let environment = APNsEnvironment(rawValue: name) else {
-            throw EnvironmentConfig.Error(variable: "PUSH_APNS_DEFAULT_ENVIRONMENT", problem: "expected sandbox or production, got \"\(name)\"")
-        }
-        configuration.defaultEnvironment = environment
-    }
+    let retentionHours = try env.int("PUSH_SEND_LOG_RETENTION_H", default: 192, in: 0...Int.max)
+    configuration.sendLogRetention = retentionHours == 0 ? nil : .seconds(retentionHours * 3600)
+    configuration.defaultEnvironment = try env.choice(
+        "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
 
-    let keyText: String
-    if let inline = env.string("PUSH_APNS_KEY") {
-        keyText = inline
-    } else {
-        let path = try env.required("PUSH_APNS_KEY_FILE")
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw EnvironmentConfig.Error(variable: "PUSH_APNS_KEY_FILE", problem: "cannot read \(path)")
-        }
-        keyText = text
+    // The .p8 key: inline (PUSH_APNS_KEY) or from a file (PUSH_APNS_KEY_FILE).
+    let keyVariable = env.string("PUSH_APNS_KEY") != nil ? "PUSH_APNS_KEY" : "PUSH_APNS_KEY_FILE"
+    let keyText: String? =
+        keyVariable == "PUSH_APNS_KEY" ? env.string("PUSH_APNS_KEY") : try env.fileContents("PUSH_APNS_KEY_FILE")
+    if keyText == nil, env.string("PUSH_APNS_KEY_FILE") == nil {
+        try env.fail("PUSH_APNS_KEY_FILE", "is required (or PUSH_APNS_KEY with the .p8 text)")
     }
-    let signingKey = try APNsSigningKey(p8: keyText)
-    let tokens = APNsProviderTokenCache(
-        signingKey: signingKey, keyID: try env.required("PUSH_APNS_KEY_ID"), teamID: try env.required("PUSH_APNS_TEAM_ID"))
+    let signingKey = try keyText.flatMap { text in try env.attempt(keyVariable) { try APNsSigningKey(p8: text) } }
+    let keyID = try env.required("PUSH_APNS_KEY_ID")
+    let teamID = try env.required("PUSH_APNS_TEAM_ID")
     var apns = APNsClient.Configuration()
-    if let url = env.string("PUSH_APNS_PRODUCTION_URL") { apns.production = try .init(url: url) }
-    if let url = env.string("PUSH_APNS_SANDBOX_URL") { apns.sandbox = try .init(url: url) }
+    if let url = env.string("PUSH_APNS_PRODUCTION_URL"), let endpoint = try env.attempt("PUSH_APNS_PRODUCTION_URL", { try APNsClient.Configuration.Endpoint(url: url) }) {
+        apns.production = endpoint
+    }
+    if let url = env.string("PUSH_APNS_SANDBOX_URL"), let endpoint = try env.attempt("PUSH_APNS_SANDBOX_URL", { try APNsClient.Configuration.Endpoint(url: url) }) {
+        apns.sandbox = endpoint
+    }
     apns.caFile = env.string("PUSH_APNS_CA_FILE")
+    if let caFile = apns.caFile, !FileManager.default.isReadableFile(atPath: caFile) {
+        try env.fail("PUSH_APNS_CA_FILE", "cannot read \(caFile)")
+    }
     apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...Int.max)
     apns.requestTimeout = try env.milliseconds("PUSH_APNS_REQUEST_TIMEOUT_MS", default: apns.requestTimeout)
     apns.retryHorizon.absent = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_MS", default: apns.retryHorizon.absent)
     apns.retryHorizon.immediate = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS", default: apns.retryHorizon.immediate)
-    if let cap = env.string("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION") {
-        guard let value = Int(cap), value > 0 else {
-            throw EnvironmentConfig.Error(variable: "PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION", problem: "expected a positive integer, got \"\(cap)\"")
-        }
-        apns.maxRequestsPerSecondPerConnection = value
+    if env.string("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION") != nil {
+        apns.maxRequestsPerSecondPerConnection = try env.int("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION", default: 1, in: 1...Int.max)
     }
+    let postgresURL = env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push")
+    let postgresPassword = try env.fileContents("PUSH_PG_PASSWORD_FILE")
+    var producer = KafkaProducerConfiguration(bootstrapServers: bootstrap)
+    producer.additionalProperties = kafkaSecurity.properties
+    let databaseCheckInterval = try env.milliseconds("PUSH_PG_CHECK_INTERVAL_MS", default: .seconds(5))
+    let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
+    if checking {
+        print(env.checkReport(program: "dispatcher"))
+        exit(env.checkExitStatus)
+    }
+    guard let signingKey else { throw EnvironmentConfig.Error(variable: keyVariable, problem: "no signing key") }
+    let tokens = APNsProviderTokenCache(signingKey: signingKey, keyID: keyID, teamID: teamID)
     let monitor = DispatcherMonitor()
     var settings = DispatcherService.Settings(
-        dispatcher: configuration, apns: apns, tokens: tokens,
-        postgresURL: env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push"),
-        producer: KafkaProducerConfiguration(bootstrapServers: bootstrap), monitor: monitor)
-    settings.databaseCheckInterval = try env.milliseconds("PUSH_PG_CHECK_INTERVAL_MS", default: settings.databaseCheckInterval)
+        dispatcher: configuration, apns: apns, tokens: tokens, postgresURL: postgresURL, producer: producer, monitor: monitor)
+    settings.postgresPassword = postgresPassword
+    settings.databaseCheckInterval = databaseCheckInterval
     // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
     admin = try AdminServer.start(
         environment: env, defaultPort: 9102, readiness: monitor.readiness,
@@ -98,11 +105,15 @@ do {
             },
         ])
     logger.info("admin port listening", ["admin_port": "\(admin.port)"])
-    let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
     group = ServiceGroup(
         services: [DispatcherService(settings: settings, logger: logger)],
         configuration: .init(gracePeriod: gracePeriod), logger: logger.with(["component": "lifecycle"]))
 } catch {
+    if checking {
+        try? env.fail("(configuration)", "\(error)")
+        print(env.checkReport(program: "dispatcher"))
+        exit(2)
+    }
     logger.critical("dispatcher configuration invalid: \(error)")
     exit(1)
 }

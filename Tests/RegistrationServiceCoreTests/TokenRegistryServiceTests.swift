@@ -152,4 +152,34 @@ struct TokenRegistryServiceTests {
         try cluster.setBrokerUp(1)
         await producer.shutdown()
     }
+
+    @Test func aMissingTopicIsNamedAtOnceAndNothingIsProduced() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        let topic = "token-events-\(UUID().uuidString.prefix(8))"
+        let watch = KafkaTopicWatch(topics: [topic], bootstrapServers: [cluster.bootstrapServers], logger: Logger(label: "test", logLevel: .critical))
+        #expect(try await watch.check() == [topic])
+        let producer = try KafkaProducer(configuration: .init(bootstrapServers: [cluster.bootstrapServers]))
+        let service = TokenRegistryService(producer: producer, topic: topic, topicWatch: watch)
+        var device = Device()
+        device.deviceToken = String(repeating: "e5", count: 32)
+        device.bundleID = "com.example.app"
+        device.environment = .sandbox
+        let started = ContinuousClock.now
+        do {
+            _ = try await service.register(RegisterTokenRequest(device: device))
+            Issue.record("registered although the topic does not exist")
+        } catch {
+            #expect(error.code == .unavailable)
+            #expect(error.message.contains(topic), "the error does not name the topic: \(error)")
+        }
+        // At once, not after Kafka's metadata timeout (30 s).
+        #expect(ContinuousClock.now - started < .seconds(5))
+        // Nothing was produced: the (test) broker never heard of the topic.
+        #expect(try await watch.check() == [topic])
+
+        try cluster.createTopic(topic, partitions: 1)
+        try await watch.check()
+        _ = try await service.register(RegisterTokenRequest(device: device))
+        await producer.shutdown()
+    }
 }

@@ -27,7 +27,7 @@ def test_every_command_is_a_built_executable_or_a_shipped_script():
     scripts = {p.name for p in (ROOT / "scripts").iterdir()}
     for name, service in SERVICES.items():
         command = service.get("command")
-        if service.get("image", "").startswith(("postgres", "apache/kafka")) and "build" not in service:
+        if "build" not in service:  # an official image (PostgreSQL, Kafka, Prometheus, Grafana)
             continue
         assert command, f"service {name} has no command"
         program = command[0] if isinstance(command, list) else command.split()[0]
@@ -56,8 +56,63 @@ def test_dependencies_exist_and_the_dockerfile_builds_every_product():
 
 def test_topics_are_the_contracts_topics():
     script = SERVICES["kafka-topics"]["command"][0]
-    topics = dict(re.findall(r"(push\.[a-z-]+\.v1):(\d+)", script))
-    assert set(topics) == {"push.token-events.v1", "push.send-requests.v1", "push.feedback.v1", "push.dead-letter.v1"}
+    env = SERVICES["kafka-topics"]["environment"]
+    topics = dict(re.findall(r'"\$\$(PUSH_TOPIC_[A-Z_]+):(\d+)"', script))
+    assert {env[name] for name in topics} == {"push.token-events.v1", "push.send-requests.v1", "push.feedback.v1", "push.dead-letter.v1"}
     dispatcher = SERVICES["dispatcher"]["environment"]
     assert dispatcher["PUSH_APNS_KEY_FILE"].startswith("/credentials/")
     assert SERVICES["apns-simulator"]["environment"]["PUSH_SIM_KEYS"].split(":")[0] == dispatcher["PUSH_APNS_KEY_ID"]
+    # Every service reads the same topic names.
+    for name in ["dispatcher", "registration-service"]:
+        for variable, value in env.items():
+            if variable.startswith("PUSH_TOPIC_"):
+                assert SERVICES[name]["environment"][variable] == value
+
+
+def test_every_long_running_service_has_a_health_check():
+    for name, service in SERVICES.items():
+        if service.get("restart") == "no":
+            continue
+        check = service.get("healthcheck")
+        assert check and not check.get("disable"), f"service {name} has no health check"
+        if service.get("image") == "push:dev":
+            assert "/healthz" in " ".join(check["test"]) and "PUSH_ADMIN_PORT" in " ".join(check["test"])
+            assert service["environment"]["PUSH_ADMIN_PORT"]
+    assert "curl" in (ROOT / "Dockerfile").read_text().split("FROM debian")[1], "the runtime image has no curl for the health checks"
+
+
+def test_kafka_keeps_its_data_and_is_reachable_from_the_host():
+    kafka = SERVICES["kafka"]
+    log_dir = kafka["environment"]["KAFKA_LOG_DIRS"]
+    assert any(volume.split(":")[1] == log_dir for volume in kafka["volumes"]), "the Kafka log is not on a volume"
+    assert "EXTERNAL://localhost" in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert any("29092" in port for port in kafka["ports"])
+    assert kafka["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+
+
+def test_postgres_role_is_not_the_superuser_and_its_password_comes_from_a_file():
+    dispatcher = SERVICES["dispatcher"]["environment"]
+    url = dispatcher["PUSH_PG_URL"]
+    assert url.startswith("postgresql://push@"), url
+    assert ":" not in url.split("//")[1].split("@")[0], "password in the URL"
+    assert dispatcher["PUSH_PG_PASSWORD_FILE"].startswith("/credentials/")
+    postgres = SERVICES["postgres"]
+    assert "POSTGRES_PASSWORD" not in postgres["environment"]
+    assert postgres["environment"]["POSTGRES_PASSWORD_FILE"].startswith("/credentials/")
+    init = [v for v in postgres["volumes"] if "docker-entrypoint-initdb.d" in v]
+    script = (ROOT / init[0].split(":")[0]).read_text()
+    assert "NOSUPERUSER" in script and "CREATE SCHEMA push AUTHORIZATION push" in script
+
+
+def test_secrets_are_group_readable_only_by_the_container_user():
+    assert SERVICES["credentials"]["command"][:3] == ["gen-dev-credentials", "--group", "push"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "USER push" in dockerfile and "--gid 10001 push" in dockerfile
+    for name in ["postgres", "grafana"]:
+        assert "10001" in SERVICES[name]["group_add"]
+
+
+def test_grafana_and_prometheus_are_provisioned():
+    assert SERVICES["prometheus"]["image"].startswith("prom/prometheus:")
+    mounts = " ".join(SERVICES["grafana"]["volumes"])
+    assert "deploy/grafana/provisioning" in mounts and "deploy/grafana/dashboards" in mounts

@@ -134,3 +134,17 @@ enum RDKafkaVersion {
     static var number: Int32 { rd_kafka_version() }
     static var text: String { String(cString: rd_kafka_version_str()) }
 }
+
+extension RDKafkaConfig {
+    /// `rd_kafka_conf_set(name, value)` on a scratch configuration: `nil` when accepted, else the
+    /// reason librdkafka gives.
+    static func check(_ name: String, _ value: String) -> String? {
+        guard let conf = rd_kafka_conf_new() else { return "rd_kafka_conf_new failed" }
+        defer { rd_kafka_conf_destroy(conf) }
+        var errstr = [CChar](repeating: 0, count: 512)
+        guard rd_kafka_conf_set(conf, name, value, &errstr, errstr.count) == RD_KAFKA_CONF_OK else {
+            return String(cBuffer: errstr)
+        }
+        return nil
+    }
+}

@@ -33,7 +33,7 @@ final class PQConnection: @unchecked Sendable {
     /// Adds `client_encoding=UTF8` and server options `DateStyle=ISO,YMD`, `TimeZone=UTC`,
     /// `bytea_output=hex` (before the caller's own `options`, which win), `connect_timeout=10` when
     /// unset, and `fallback_application_name`.
-    static func connect(conninfo: String, applicationName: String, notices: NoticeSink) -> Result<PQConnection, PostgresError> {
+    static func connect(conninfo: String, password: String? = nil, applicationName: String, notices: NoticeSink) -> Result<PQConnection, PostgresError> {
         var errorMessage: UnsafeMutablePointer<CChar>?
         guard let parsed = PQconninfoParse(conninfo, &errorMessage) else {
             let reason = errorMessage.map { String(cString: $0) } ?? "out of memory"
@@ -55,6 +55,10 @@ final class PQConnection: @unchecked Sendable {
         parameters.removeAll { ["client_encoding", "options"].contains($0.0) }
         parameters.append(("client_encoding", "UTF8"))
         parameters.append(("options", serverOptions))
+        if let password {
+            parameters.removeAll { $0.0 == "password" }
+            parameters.append(("password", password))
+        }
         if value("connect_timeout") == nil { parameters.append(("connect_timeout", "10")) }
         if value("fallback_application_name") == nil { parameters.append(("fallback_application_name", applicationName)) }
 

@@ -1,0 +1,117 @@
+"""`--check-config` on every executable: good settings print the effective configuration (secrets
+masked) and exit 0; bad ones exit 2 and name every bad variable. Runs the debug build's binaries
+(`swift build` first); needs no running stack."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("PUSH_BIN_DIR", ROOT / ".build" / "debug"))
+
+
+def check(program: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    binary = BIN / program
+    if not binary.exists():
+        pytest.fail(f"{binary} is missing: run swift build first")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
+    return subprocess.run([str(binary), "--check-config"], env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def credentials(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("credentials")
+    subprocess.run([str(ROOT / "scripts" / "gen-dev-credentials"), str(directory)], check=True)
+    return directory
+
+
+def dispatcher_env(credentials: Path) -> dict[str, str]:
+    return {
+        "PUSH_APNS_TEAM_ID": "DEVTEAM001", "PUSH_APNS_KEY_ID": "DEVKEY0001",
+        "PUSH_APNS_KEY_FILE": str(credentials / "apns-key.p8"),
+        "PUSH_PG_URL": "postgresql://push:inline-secret@db.example:5432/push",
+        "PUSH_PG_PASSWORD_FILE": str(credentials / "pg-push-password"),
+        "PUSH_TOPIC_FEEDBACK": "custom.feedback",
+    }
+
+
+def test_dispatcher_good_configuration_prints_effective_values_with_secrets_masked(credentials):
+    done = check("dispatcher", dispatcher_env(credentials))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "configuration OK" in out
+    assert "custom.feedback" in out and "PUSH_TOPIC_DEAD_LETTER" in out and "push.dead-letter.v1  (default)" in out
+    assert "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS" in out and "1000  (default)" in out
+    assert "inline-secret" not in out and "postgresql://push:********@db.example:5432/push" in out
+    password = (credentials / "pg-push-password").read_text().strip()
+    assert password not in out
+    assert "BEGIN PRIVATE KEY" not in out
+
+
+def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
+    env = {
+        **dispatcher_env(credentials),
+        "PUSH_APNS_KEY_FILE": "/nonexistent/key.p8",
+        "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS": "0",
+        "PUSH_KAFKA_SESSION_TIMEOUT_MS": "soon",
+        "PUSH_KAFKA_REBALANCE_PROTOCOL": "sticky",
+        "PUSH_APNS_DEFAULT_ENVIRONMENT": "staging",
+        "PUSH_APNS_PRODUCTION_URL": "http://api.push.apple.com",
+        "PUSH_KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+        "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY": "1",
+        "PUSH_PG_PASSWORD_FILE": "/nonexistent/pw",
+        "PUSH_TYPO_SETTING": "x",
+    }
+    del env["PUSH_APNS_TEAM_ID"]
+    done = check("dispatcher", env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    bad = [
+        "PUSH_APNS_KEY_FILE", "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", "PUSH_KAFKA_SESSION_TIMEOUT_MS",
+        "PUSH_KAFKA_REBALANCE_PROTOCOL", "PUSH_APNS_DEFAULT_ENVIRONMENT", "PUSH_APNS_PRODUCTION_URL",
+        "PUSH_KAFKA_SASL_MECHANISM", "PUSH_KAFKA_SASL_USERNAME", "PUSH_KAFKA_SASL_PASSWORD_FILE",
+        "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY", "PUSH_PG_PASSWORD_FILE", "PUSH_APNS_TEAM_ID",
+    ]
+    for name in bad:
+        assert f"error: {name}:" in done.stdout, f"{name} not named:\n{done.stdout}"
+    assert f"{len(bad)} bad settings" in done.stdout
+    assert "warning: PUSH_TYPO_SETTING is set" in done.stdout
+
+
+def test_registration_service_good_and_bad(credentials):
+    good = check("registration-service", {"PUSH_GRPC_PORT": "50999", "PUSH_TOPIC_TOKEN_EVENTS": "custom.tokens"})
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "custom.tokens" in good.stdout and "PUSH_KAFKA_BOOTSTRAP" in good.stdout and "configuration OK" in good.stdout
+    bad = check("registration-service", {
+        "PUSH_GRPC_PORT": "70000", "PUSH_GRPC_TLS_KEY_FILE": str(credentials / "simulator-key.pem"),
+        "PUSH_SHUTDOWN_GRACE_MS": "-1", "PUSH_KAFKA_SECURITY_PROTOCOL": "tls",
+    })
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    for name in ["PUSH_GRPC_PORT", "PUSH_GRPC_TLS_CERT_FILE", "PUSH_SHUTDOWN_GRACE_MS", "PUSH_KAFKA_SECURITY_PROTOCOL"]:
+        assert f"error: {name}:" in bad.stdout, f"{name} not named:\n{bad.stdout}"
+
+
+def test_apns_simulator_good_and_bad(credentials):
+    base = {
+        "PUSH_SIM_TLS_CERT_FILE": str(credentials / "simulator-cert.pem"),
+        "PUSH_SIM_TLS_KEY_FILE": str(credentials / "simulator-key.pem"),
+        "PUSH_SIM_KEYS": f"DEVKEY0001:DEVTEAM001:{credentials / 'apns-key.pub.pem'}",
+    }
+    good = check("apns-simulator", base)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "PUSH_SIM_ADMIN_PORT" in good.stdout and "8081  (default)" in good.stdout
+    bad = check("apns-simulator", {**base, "PUSH_SIM_TLS_KEY_FILE": "/nonexistent/key.pem", "PUSH_SIM_KEYS": "garbage",
+                                   "PUSH_SIM_ADMIN_PORT": "x", "PUSH_SIM_RECORD_LIMIT": "0"})
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    for name in ["PUSH_SIM_TLS_KEY_FILE", "PUSH_SIM_KEYS", "PUSH_SIM_ADMIN_PORT", "PUSH_SIM_RECORD_LIMIT"]:
+        assert f"error: {name}:" in bad.stdout, f"{name} not named:\n{bad.stdout}"
+
+
+def test_generated_secrets_are_owner_only(credentials):
+    for name in ["apns-key.p8", "simulator-key.pem", "pg-push-password", "pg-superuser-password", "grafana-admin-password"]:
+        mode = (credentials / name).stat().st_mode & 0o777
+        assert mode == 0o600, f"{name} has mode {oct(mode)}"
+    for name in ["apns-key.pub.pem", "simulator-cert.pem"]:
+        assert (credentials / name).stat().st_mode & 0o777 == 0o644
