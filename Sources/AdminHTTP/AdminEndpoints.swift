@@ -1,27 +1,5 @@
 import ServiceCore
 
-/// One answer of the admin port.
-public struct AdminResponse: Sendable, Equatable {
-    /// HTTP status code.
-    public var status: Int
-    /// `Content-Type` header value.
-    public var contentType: String
-    /// The body (UTF-8).
-    public var body: String
-
-    /// - Parameters: see the properties.
-    public init(status: Int, contentType: String = AdminResponse.plainText, body: String) {
-        self.status = status
-        self.contentType = contentType
-        self.body = body
-    }
-
-    /// `text/plain; charset=utf-8`.
-    public static let plainText = "text/plain; charset=utf-8"
-    /// The Prometheus text exposition format, version 0.0.4.
-    public static let prometheusText = "text/plain; version=0.0.4; charset=utf-8"
-}
-
 /// What the admin port serves; each closure runs on libmicrohttpd's thread and must return quickly
 /// from state already at hand (see `AdminServer`).
 public struct AdminEndpoints: Sendable {
@@ -75,12 +53,4 @@ public struct AdminEndpoints: Sendable {
     private static func methodNotAllowed(_ method: String, _ path: String) -> AdminResponse {
         AdminResponse(status: 405, body: "\(method) not allowed on \(path)\n")
     }
-}
-
-/// The admin port could not start.
-public struct AdminServerError: Error, Sendable, CustomStringConvertible {
-    /// What went wrong.
-    public let message: String
-    init(_ message: String) { self.message = message }
-    public var description: String { "AdminServerError: \(message)" }
 }

@@ -25,6 +25,7 @@ struct ExecutableTests {
         process.executableURL = Self.binary
         process.environment = ProcessInfo.processInfo.environment.merging([
             "PUSH_SIM_HOST": "127.0.0.1", "PUSH_SIM_PRODUCTION_PORT": "0", "PUSH_SIM_SANDBOX_PORT": "0", "PUSH_SIM_ADMIN_PORT": "0",
+            "PUSH_ADMIN_HOST": "127.0.0.1", "PUSH_ADMIN_PORT": "0",
             "PUSH_SIM_TLS_CERT_FILE": credentials.path("server-cert.pem"), "PUSH_SIM_TLS_KEY_FILE": credentials.path("server-key.pem"),
             "PUSH_SIM_KEYS": "KEY0000001:\(Credentials.team):\(credentials.path("key1.pub.pem")),KEY0000002:\(Credentials.team):\(credentials.path("key2.pub.pem")),KEY0000003:\(Credentials.team):\(credentials.path("key3.pub.pem")):production",
             "PUSH_SIM_CLIENT_CA_FILE": credentials.path("ca-cert.pem"), "PUSH_SIM_CONFIG_FILE": config.path,

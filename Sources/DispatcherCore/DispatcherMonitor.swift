@@ -1,0 +1,111 @@
+import Kafka
+import PushMessages
+import ServiceCore
+import Synchronization
+
+/// What the dispatcher shows operators besides its counters: readiness (`readiness`, read by the
+/// admin port's `/readyz`), gauges read at scrape time (records in flight, pending retries,
+/// uncommitted records per partition, consumer lag per partition from librdkafka's statistics), and
+/// Apple's troubles for the readiness body (never a readiness condition).
+///
+/// Created by the executable and handed to `DispatcherService`; the engine registers its consumer
+/// and a reader of its state while it runs.
+public final class DispatcherMonitor: Sendable {
+    /// Snapshot of the engine's queues, read at scrape time.
+    struct EngineSnapshot: Sendable {
+        var recordsInFlight = 0
+        var pendingRetries = 0
+        var uncommitted: [KafkaTopicPartition: Int] = [:]
+    }
+
+    private struct AppleTrouble {
+        var count = 0
+        var lastReason = ""
+        var lastAt: UInt64 = 0
+    }
+
+    /// What `/readyz` decides from.
+    public let readiness = ReadinessState()
+    private let consumer = Mutex<KafkaConsumer?>(nil)
+    private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
+    private let providerTokenFaults = Mutex(AppleTrouble())
+    private let unreachable = Mutex(AppleTrouble())
+
+    /// Registers the dispatcher's scrape-time gauges in `registry` (the first monitor registered in a
+    /// registry is the one its gauges read).
+    public init(registry: MetricsRegistry = .shared) {
+        registry.gaugeCallback("push_records_in_flight", help: "Records taken from Kafka and not finished (queued or running).") { [weak self] in
+            [MetricSample(value: Double(self?.engineSnapshot().recordsInFlight ?? 0))]
+        }
+        registry.gaugeCallback("push_pending_retries", help: "Records waiting on a retry timer after a transient failure.") { [weak self] in
+            [MetricSample(value: Double(self?.engineSnapshot().pendingRetries ?? 0))]
+        }
+        registry.gaugeCallback(
+            "push_uncommitted_records", help: "Records of a partition not yet covered by its stored offset (topic[partition]).",
+            labelNames: ["partition"]
+        ) { [weak self] in
+            (self?.engineSnapshot().uncommitted ?? [:]).sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value)) }
+        }
+        registry.gaugeCallback(
+            "push_kafka_consumer_lag", help: "Records between a partition's high watermark and this consumer's committed offset (librdkafka statistics).",
+            labelNames: ["topic", "partition"]
+        ) { [weak self] in
+            let lag = self?.consumer.withLock { $0 }?.health.statistics?.consumerLag ?? [:]
+            return lag.sorted { $0.key < $1.key }.map { MetricSample(labels: [$0.key.topic, "\($0.key.partition.rawValue)"], value: Double($0.value)) }
+        }
+        readiness.setInformational { [weak self] in self?.appleFindings() ?? [] }
+    }
+
+    /// Test hook (admin port `POST /debug/wedge-kafka-poll?seconds=N`, enabled by
+    /// `PUSH_ADMIN_TEST_HOOKS=1`): the consumer's poll thread stops coming round for `duration`.
+    /// - Returns: false when no consumer runs.
+    public func wedgeConsumerPollForTesting(for duration: Duration) -> Bool {
+        guard let consumer = consumer.withLock({ $0 }) else { return false }
+        consumer.wedgePollThreadForTesting(for: duration)
+        return true
+    }
+
+    func attach(consumer: KafkaConsumer, engine: @escaping @Sendable () -> EngineSnapshot) {
+        self.consumer.withLock { $0 = consumer }
+        self.engine.withLock { $0 = engine }
+        readiness.setConsumer { consumer.health.readinessInput }
+    }
+
+    func detachConsumer() {
+        readiness.setConsumer(nil)
+        consumer.withLock { $0 = nil }
+    }
+
+    private func engineSnapshot() -> EngineSnapshot {
+        engine.withLock { $0 }?() ?? EngineSnapshot()
+    }
+
+    /// Notes a final outcome that blames our credentials or Apple's reachability, for `/readyz`'s body.
+    func noteAppleTrouble(_ report: DeliveryReport) {
+        let now = Heartbeat.monotonicNanoseconds()
+        if report.outcomeReason == .providerTokenFault {
+            providerTokenFaults.withLock { $0.count += 1; $0.lastReason = report.apnsReason.isEmpty ? "local signing failure" : report.apnsReason; $0.lastAt = now }
+        } else if report.outcome == .failed, report.httpStatus >= 500 || report.outcomeReason == .connectionError || report.outcomeReason == .streamTimeout
+            || report.outcomeReason == .retryHorizonExceeded
+        {
+            unreachable.withLock {
+                $0.count += 1
+                $0.lastReason = report.apnsReason.isEmpty ? (DispatcherMetrics.label(report.outcomeReason.protoName, dropping: "OUTCOME_REASON_") ?? "") : report.apnsReason
+                $0.lastAt = now
+            }
+        }
+    }
+
+    private func appleFindings() -> [ProbeReport.Check] {
+        let now = Heartbeat.monotonicNanoseconds()
+        func describe(_ trouble: AppleTrouble, _ what: String) -> String {
+            guard trouble.count > 0 else { return "no \(what) since start" }
+            let age = Duration.nanoseconds(Int64(now > trouble.lastAt ? now - trouble.lastAt : 0))
+            return "\(trouble.count) \(what) since start, last \(age.secondsText) ago (\(trouble.lastReason)); not a readiness condition"
+        }
+        return [
+            .init("apns.provider_token", .info, describe(providerTokenFaults.withLock { $0 }, "provider-token faults")),
+            .init("apns.reachability", .info, describe(unreachable.withLock { $0 }, "notifications failed for Apple's availability")),
+        ]
+    }
+}

@@ -1,0 +1,20 @@
+/// Decides `/healthz` from the process's heartbeats: the process is alive unless one of its loops
+/// (the Kafka poll thread, an HTTP/2 event loop) has not come round for longer than `maxBeatAge`.
+/// A pure decision: the caller passes the ages (`Heartbeats.snapshot()`).
+public struct LivenessPolicy: Sendable, Equatable {
+    /// The longest a loop may go without a beat. Default 30 s.
+    public var maxBeatAge: Duration
+
+    /// - Parameter maxBeatAge: see the property.
+    public init(maxBeatAge: Duration = .seconds(30)) { self.maxBeatAge = maxBeatAge }
+
+    /// The liveness report for `heartbeats` (name and age of each).
+    public func evaluate(_ heartbeats: [(name: String, age: Duration)]) -> ProbeReport {
+        if heartbeats.isEmpty { return ProbeReport(checks: [.init("process", .ok, "running (no loop heartbeats registered)")]) }
+        return ProbeReport(checks: heartbeats.map { beat in
+            beat.age > maxBeatAge
+                ? .init("heartbeat \(beat.name)", .failing, "has not come round for \(beat.age.secondsText) (limit \(maxBeatAge.secondsText))")
+                : .init("heartbeat \(beat.name)", .ok, "came round \(beat.age.secondsText) ago")
+        })
+    }
+}
