@@ -97,7 +97,12 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
-        logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
+        // The crash window: what a SIGKILL can send twice (docs/send-log.md "What a crash can lose").
+        let window = processor.crashWindow
+        logger.info("dispatcher ready", [
+            "group": consumerConfiguration.groupID, "instance": configuration.instanceID,
+            "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+        ])
 
         let intake = Task { await self.intake(consumer) }
         let rebalances = Task { await self.watchRebalances(consumer) }

@@ -9,7 +9,10 @@ import Synchronization
 ///
 /// Outcomes are recorded in `send_log` before their report is published: a redelivered request
 /// re-publishes the recorded report (same event id) instead of sending again, so a push goes out
-/// twice only if the process died between Apple's answer and the record.
+/// twice only if the process died between Apple's answer and the record. Reports Kafka already
+/// acknowledged are not published again (`send_log.acknowledged`, and `AcknowledgedReports` within
+/// this process), and a request whose `RequestCompleted` was acknowledged is recorded in
+/// `request_completions`: handled again, it publishes nothing.
 public final class SendRequestProcessor: Sendable {
     private let store: TokenStore
     private let sender: any NotificationSender
@@ -20,9 +23,16 @@ public final class SendRequestProcessor: Sendable {
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
+    /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
+    /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
+    public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
+    private let maxInFlight: Int
     /// Batched look-ups (see `BatchLoader`): recorded outcomes by request id, active tokens by user,
     /// rows by token.
     private let recordedLoader: BatchLoader<String, [String: TokenStore.RecordedOutcome]>
+    private let completedLoader: BatchLoader<String, Bool>
+    /// Reports acknowledged in this process for requests not finished yet.
+    let acknowledged: AcknowledgedReports
     private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
     private let tokensLoader: BatchLoader<[String], [String: StoredToken]>
 
@@ -31,11 +41,17 @@ public final class SendRequestProcessor: Sendable {
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
         self.budget = AsyncSemaphore(permits: maxInFlight)
+        self.maxInFlight = maxInFlight
         self.sendLog = store.makeSendLogWriter()
         self.recordedLoader = BatchLoader { [store] requestIDs in
             let found = try await store.recordedOutcomeStates(requestIDs: requestIDs)
             return requestIDs.map { found[$0] ?? [:] }
         }
+        self.completedLoader = BatchLoader { [store] requestIDs in
+            let found = try await store.completedRequests(requestIDs)
+            return requestIDs.map { found.contains($0) }
+        }
+        self.acknowledged = AcknowledgedReports()
         self.userTokensLoader = BatchLoader { [store] lists in
             let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
             return lists.map { users in Dictionary(uniqueKeysWithValues: users.map { ($0, found[$0] ?? []) }) }
@@ -70,11 +86,19 @@ public final class SendRequestProcessor: Sendable {
     ///   whole request, which is idempotent through `send_log`.
     public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: request.requestID)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
-        // Both look-ups are batched with those of other requests running at the same time.
+        // The look-ups are batched with those of other requests running at the same time.
+        async let completedLookup = completedLoader.load(request.requestID)
         async let recordedLookup = recordedLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
+        if try await completedLookup {
+            // Finished before (its offset commit was lost, or the producer sent it twice): every report
+            // and the RequestCompleted were acknowledged then; nothing is sent or published again.
+            _ = try? await recordedLookup
+            logger.info("request already completed: not handled again", ["request_id": request.requestID])
+            return
+        }
         let recorded = try await recordedLookup
 
         var counts = RequestCompleted()
@@ -113,8 +137,11 @@ public final class SendRequestProcessor: Sendable {
                     {
                         // Done in an earlier delivery of this record: never sent again. Its report is
                         // published again unless Kafka is known to have acknowledged it.
-                        if !earlier.acknowledged {
-                            acks.start { [feedback = self.feedback] in try await feedback.publish(serialized: earlier.event, key: token) }
+                        if !earlier.acknowledged, !self.acknowledged.contains(requestID: request.requestID, token: token) {
+                            acks.start { [feedback = self.feedback, acknowledged = self.acknowledged] in
+                                try await feedback.publish(serialized: earlier.event, key: token)
+                                acknowledged.insert(requestID: request.requestID, token: token)
+                            }
                         }
                         outcome = report.outcome
                     } else {
@@ -137,6 +164,13 @@ public final class SendRequestProcessor: Sendable {
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
         acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
         try await acks.waitForAll()
+        do {
+            try await store.recordCompletion(requestID: request.requestID, eventID: completed.eventID)
+            acknowledged.remove(requestID: request.requestID)
+        } catch {
+            // The request is finished all the same; only a later redelivery would publish again.
+            logger.warning("recording the completion failed", ["request_id": request.requestID, "error": "\(error)"])
+        }
         logger.debug("request completed", [
             "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
@@ -308,7 +342,11 @@ public final class SendRequestProcessor: Sendable {
         let bytes = event.serializedBytes()
         let stored = try await sendLog.record(report, event: bytes)
         let key = report.deviceToken
-        acks.start { [feedback] in try await feedback.publish(serialized: stored, key: key) }
+        let requestID = report.requestID
+        acks.start { [feedback, acknowledged] in
+            try await feedback.publish(serialized: stored, key: key)
+            acknowledged.insert(requestID: requestID, token: key)
+        }
         if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
             // Another delivery of this request recorded this token first: its outcome stands.
             return first
