@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import Postgres
 import PushMessages
 import ServiceCore
 import Synchronization
@@ -340,7 +341,7 @@ public final class SendRequestProcessor: Sendable {
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
-        let stored = try await sendLog.record(report, event: bytes)
+        let stored = try await recordRetrying(report, event: bytes)
         let key = report.deviceToken
         let requestID = report.requestID
         acks.start { [feedback, acknowledged] in
@@ -352,6 +353,32 @@ public final class SendRequestProcessor: Sendable {
             return first
         }
         return report
+    }
+
+    /// Records an outcome Apple already gave, waiting out a PostgreSQL outage (capped exponential
+    /// back-off, 50 ms to 2 s) instead of failing the request: a failed request would be handled
+    /// again and this notification sent to Apple a second time. Stops only when the task is cancelled
+    /// (the notification is then sent again by the next delivery, as after a crash) or when
+    /// PostgreSQL refuses the row for its content (SQLSTATE class 22 or 23, rethrown).
+    /// - Throws: `PostgresError` caused by the data; `CancellationError`.
+    private func recordRetrying(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
+        var delay = Duration.milliseconds(50)
+        var failures = 0
+        while true {
+            do {
+                return try await sendLog.record(report, event: event)
+            } catch let error as PostgresError where !error.isCausedByTheData {
+                try Task.checkCancellation()
+                failures += 1
+                if failures == 1 || failures % 20 == 0 {
+                    logger.warning("recording an outcome failed: retrying (Apple already answered)", [
+                        "request_id": report.requestID, "failures": "\(failures)", "error": "\(error)",
+                    ])
+                }
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
     }
 
     /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
