@@ -16,6 +16,9 @@ final class AcknowledgedReports: Sendable {
         var count = 0
     }
 
+    /// The key under which a request's own `RequestCompleted` is remembered (no device token is empty).
+    static let requestCompleted = ""
+
     private let state = Mutex(State())
     /// Most reports remembered at once.
     let maxReports: Int

@@ -24,6 +24,8 @@ public final class SendRequestProcessor: Sendable {
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
+    /// One warning a few seconds about outcomes waiting for PostgreSQL, not one per notification.
+    private let recordWarnings = LogRateLimit(interval: .seconds(5))
     /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
     /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
     public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
@@ -97,6 +99,7 @@ public final class SendRequestProcessor: Sendable {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
             // and the RequestCompleted were acknowledged then; nothing is sent or published again.
             _ = try? await recordedLookup
+            acknowledged.remove(requestID: request.requestID)
             logger.info("request already completed: not handled again", ["request_id": request.requestID])
             return
         }
@@ -163,15 +166,24 @@ public final class SendRequestProcessor: Sendable {
         counts.completedAtMs = clock.nowMilliseconds()
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
-        acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
-        try await acks.waitForAll()
-        do {
-            try await store.recordCompletion(requestID: request.requestID, eventID: completed.eventID)
-            acknowledged.remove(requestID: request.requestID)
-        } catch {
-            // The request is finished all the same; only a later redelivery would publish again.
-            logger.warning("recording the completion failed", ["request_id": request.requestID, "error": "\(error)"])
+        let requestID = request.requestID
+        if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
+            // The completion is recorded when Kafka acknowledges the RequestCompleted, even when this
+            // handling was cancelled meanwhile (a lost partition: the record queued in the producer
+            // still goes out), so that handling the request again publishes nothing.
+            acks.start { [feedback, acknowledged, store, logger] in
+                try await feedback.publish(completed, key: requestID)
+                acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
+                do {
+                    try await store.recordCompletion(requestID: requestID, eventID: completed.eventID)
+                    acknowledged.remove(requestID: requestID)
+                } catch {
+                    // Finished all the same; only a redelivery to another process would publish again.
+                    logger.warning("recording the completion failed", ["request_id": requestID, "error": "\(error)"])
+                }
+            }
         }
+        try await acks.waitForAll()
         logger.debug("request completed", [
             "request_id": request.requestID, "total": "\(counts.total)", "delivered": "\(counts.delivered)",
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
@@ -370,7 +382,7 @@ public final class SendRequestProcessor: Sendable {
             } catch let error as PostgresError where !error.isCausedByTheData {
                 try Task.checkCancellation()
                 failures += 1
-                if failures == 1 || failures % 20 == 0 {
+                if recordWarnings.shouldLog() {
                     logger.warning("recording an outcome failed: retrying (Apple already answered)", [
                         "request_id": report.requestID, "failures": "\(failures)", "error": "\(error)",
                     ])

@@ -190,12 +190,11 @@ class Dispatcher:
 class TopicReader:
     """Reads a topic from its current end (assigned, no consumer group), collecting records."""
 
-    def __init__(self, topic: str, **consumer_config):
-        """`consumer_config` adds librdkafka properties (dots as underscores: log_level=0)."""
+    def __init__(self, topic: str, config: dict | None = None):
+        """`config` adds librdkafka properties, e.g. {"log_level": 0}."""
         from confluent_kafka import Consumer, TopicPartition
-        extra = {k.replace("_", "."): v for k, v in consumer_config.items()}
         self.consumer = Consumer({**kafka_config(), "group.id": f"e2e-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **extra})
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **(config or {})})
         metadata = self.consumer.list_topics(topic, timeout=10)
         partitions = metadata.topics[topic].partitions
         tps = []
