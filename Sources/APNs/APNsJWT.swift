@@ -41,10 +41,13 @@ public struct APNsJWT: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "APNsJWT(kid: \(keyID), iss: \(teamID), iat: \(issuedAt))" }
 }
 
-/// base64url without padding (RFC 4648 §5), as JWS uses it (RFC 7515 §2).
+/// base64url without padding (RFC 4648 §5), as JWS uses it (RFC 7515 §2); the project's one
+/// base64url encoder (the dispatcher derives collapse ids with it too).
 public enum Base64URL {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
+    /// The base64url text of `bytes`, without `=` padding: 4 characters per 3 bytes, 2 or 3 for a
+    /// final 1 or 2 bytes (16 bytes → 22 characters).
     public static func encode(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)

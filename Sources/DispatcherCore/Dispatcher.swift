@@ -104,7 +104,12 @@ public final class Dispatcher: Sendable {
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
         monitor.readiness.setPhase(.running)
-        logger.info("dispatcher ready", ["group": consumerConfiguration.groupID, "instance": configuration.instanceID])
+        // The crash window: what a SIGKILL can send twice (docs/send-log.md "What a crash can lose").
+        let window = processor.crashWindow
+        logger.info("dispatcher ready", [
+            "group": consumerConfiguration.groupID, "instance": configuration.instanceID,
+            "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+        ])
 
         let intake = Task { await self.intake(consumer) }
         let rebalances = Task { await self.watchRebalances(consumer) }

@@ -34,27 +34,33 @@ public struct SendLogRetention: Sendable {
         self.logger = logger
     }
 
-    /// Deletes every row older than the retention, `batchSize` rows per statement, until none is
-    /// left. Each statement commits on its own, so an interrupted pass keeps what it deleted.
-    /// - Returns: the number of rows deleted.
+    /// Deletes every row of `send_log` and `request_completions` older than the retention, `batchSize`
+    /// rows per statement, until none is left. Each statement commits on its own, so an interrupted
+    /// pass keeps what it deleted.
+    /// - Returns: the number of rows deleted (both tables).
     /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
     @discardableResult
     public func deleteExpired() async throws -> Int {
         let milliseconds = retention.wholeMilliseconds
         var deleted = 0
-        while true {
-            try Task.checkCancellation()
-            let count = try await pool.execute("""
-                DELETE FROM send_log WHERE ctid IN (
-                    SELECT ctid FROM send_log
-                     WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
-                     LIMIT $2)
-                """,
-                [.int64(milliseconds), .int(batchSize)], prepared: true)
-            deleted += count
-            if count < batchSize { break }
+        // request_completions goes with the send_log rows of the same requests (same retention).
+        for table in ["send_log", "request_completions"] {
+            var fromTable = 0
+            while true {
+                try Task.checkCancellation()
+                let count = try await pool.execute("""
+                    DELETE FROM \(table) WHERE ctid IN (
+                        SELECT ctid FROM \(table)
+                         WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
+                         LIMIT $2)
+                    """,
+                    [.int64(milliseconds), .int(batchSize)], prepared: true)
+                fromTable += count
+                if count < batchSize { break }
+            }
+            if fromTable > 0 { logger.info("deleted expired rows", ["table": table, "rows": String(fromTable)]) }
+            deleted += fromTable
         }
-        if deleted > 0 { logger.info("deleted expired send_log rows", ["rows": String(deleted)]) }
         return deleted
     }
 

@@ -71,7 +71,7 @@ public enum SendRequestDecoder {
             throw Rejection("notification.environment: unknown environment")
         }
         // Apple's rules, checked once on a stand-in token.
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: request.requestID)
         do {
             try APNsNotificationValidator().validate(template.request(for: NotificationTemplate.placeholderToken))
         } catch {
@@ -101,7 +101,9 @@ struct NotificationTemplate: Sendable {
     let apnsID: APNsID?
     let payload: [UInt8]
 
-    init(_ notification: Notification) throws(SendRequestDecoder.Rejection) {
+    /// - Parameter requestID: the request's id, from which an alert push without a caller collapse id
+    ///   gets one (`RequestCollapseID`).
+    init(_ notification: Notification, requestID: String) throws(SendRequestDecoder.Rejection) {
         bundleID = notification.bundleID
         pushType = notification.pushType.apnsPushType ?? .alert
         priority = notification.priority == 0 ? nil : APNsPriority(rawValue: Int(notification.priority))
@@ -111,7 +113,9 @@ struct NotificationTemplate: Sendable {
         } else {
             expiration = .omitted
         }
-        collapseID = notification.collapseID.isEmpty ? nil : notification.collapseID
+        collapseID = RequestCollapseID.collapseID(
+            caller: notification.collapseID.isEmpty ? nil : notification.collapseID, pushType: pushType,
+            optedOut: notification.noRequestCollapseID, requestID: requestID)
         if notification.apnsID.isEmpty {
             apnsID = nil
         } else {

@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import Postgres
 import PushMessages
 import ServiceCore
 import Synchronization
@@ -9,7 +10,10 @@ import Synchronization
 ///
 /// Outcomes are recorded in `send_log` before their report is published: a redelivered request
 /// re-publishes the recorded report (same event id) instead of sending again, so a push goes out
-/// twice only if the process died between Apple's answer and the record.
+/// twice only if the process died between Apple's answer and the record. Reports Kafka already
+/// acknowledged are not published again (`send_log.acknowledged`, and `AcknowledgedReports` within
+/// this process), and a request whose `RequestCompleted` was acknowledged is recorded in
+/// `request_completions`: handled again, it publishes nothing.
 public final class SendRequestProcessor: Sendable {
     private let store: TokenStore
     private let sender: any NotificationSender
@@ -22,9 +26,18 @@ public final class SendRequestProcessor: Sendable {
     /// Notifications sent at once across every request of this processor.
     private let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
+    /// One warning a few seconds about outcomes waiting for PostgreSQL, not one per notification.
+    private let recordWarnings = LogRateLimit(interval: .seconds(5))
+    /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
+    /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
+    public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
+    private let maxInFlight: Int
     /// Batched look-ups (see `BatchLoader`): recorded outcomes by request id, active tokens by user,
     /// rows by token.
     private let recordedLoader: BatchLoader<String, [String: TokenStore.RecordedOutcome]>
+    private let completedLoader: BatchLoader<String, Bool>
+    /// Reports acknowledged in this process for requests not finished yet.
+    let acknowledged: AcknowledgedReports
     private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
     private let tokensLoader: BatchLoader<[String], [String: StoredToken]>
 
@@ -36,11 +49,17 @@ public final class SendRequestProcessor: Sendable {
                 monitor: DispatcherMonitor? = nil) {
         self.monitor = monitor
         self.budget = AsyncSemaphore(permits: maxInFlight)
+        self.maxInFlight = maxInFlight
         self.sendLog = store.makeSendLogWriter()
         self.recordedLoader = BatchLoader { [store] requestIDs in
             let found = try await store.recordedOutcomeStates(requestIDs: requestIDs)
             return requestIDs.map { found[$0] ?? [:] }
         }
+        self.completedLoader = BatchLoader { [store] requestIDs in
+            let found = try await store.completedRequests(requestIDs)
+            return requestIDs.map { found.contains($0) }
+        }
+        self.acknowledged = AcknowledgedReports()
         self.userTokensLoader = BatchLoader { [store] lists in
             let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
             return lists.map { users in Dictionary(uniqueKeysWithValues: users.map { ($0, found[$0] ?? []) }) }
@@ -77,11 +96,20 @@ public final class SendRequestProcessor: Sendable {
         guard let notification = request.notification, let target = request.target else { return }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: request.requestID)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
-        // Both look-ups are batched with those of other requests running at the same time.
+        // The look-ups are batched with those of other requests running at the same time.
+        async let completedLookup = completedLoader.load(request.requestID)
         async let recordedLookup = recordedLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
+        if try await completedLookup {
+            // Finished before (its offset commit was lost, or the producer sent it twice): every report
+            // and the RequestCompleted were acknowledged then; nothing is sent or published again.
+            _ = try? await recordedLookup
+            acknowledged.remove(requestID: request.requestID)
+            logger.info("request already completed: not handled again", ["request_id": request.requestID])
+            return
+        }
         let recorded = try await recordedLookup
 
         var counts = RequestCompleted()
@@ -120,9 +148,10 @@ public final class SendRequestProcessor: Sendable {
                     {
                         // Done in an earlier delivery of this record: never sent again. Its report is
                         // published again unless Kafka is known to have acknowledged it.
-                        if !earlier.acknowledged {
-                            acks.start { [feedback = self.feedback] in
+                        if !earlier.acknowledged, !self.acknowledged.contains(requestID: request.requestID, token: token) {
+                            acks.start { [feedback = self.feedback, acknowledged = self.acknowledged] in
                                 try await feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent)
+                                acknowledged.insert(requestID: request.requestID, token: token)
                             }
                         }
                         outcome = report.outcome
@@ -147,7 +176,23 @@ public final class SendRequestProcessor: Sendable {
         counts.completedAtMs = clock.nowMilliseconds()
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
-        acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
+        let requestID = request.requestID
+        if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
+            // The completion is recorded when Kafka acknowledges the RequestCompleted, even when this
+            // handling was cancelled meanwhile (a lost partition: the record queued in the producer
+            // still goes out), so that handling the request again publishes nothing.
+            acks.start { [feedback, acknowledged, store, logger] in
+                try await feedback.publish(completed, key: requestID)
+                acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
+                do {
+                    try await store.recordCompletion(requestID: requestID, eventID: completed.eventID)
+                    acknowledged.remove(requestID: requestID)
+                } catch {
+                    // Finished all the same; only a redelivery to another process would publish again.
+                    logger.warning("recording the completion failed", ["request_id": requestID, "error": "\(error)"])
+                }
+            }
+        }
         try await acks.waitForAll()
         logger.debug("request completed", [
             "total": "\(counts.total)", "delivered": "\(counts.delivered)",
@@ -322,14 +367,44 @@ public final class SendRequestProcessor: Sendable {
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
         let bytes = event.serializedBytes()
-        let stored = try await sendLog.record(report, event: bytes)
+        let stored = try await recordRetrying(report, event: bytes)
         let key = report.deviceToken
-        acks.start { [feedback] in try await feedback.publish(serialized: stored, key: key, traceParent: traceParent) }
+        let requestID = report.requestID
+        acks.start { [feedback, acknowledged] in
+            try await feedback.publish(serialized: stored, key: key, traceParent: traceParent)
+            acknowledged.insert(requestID: requestID, token: key)
+        }
         if stored != bytes, let event = try? FeedbackEvent(protobufBytes: stored), case .deliveryReport(let first)? = event.event {
             // Another delivery of this request recorded this token first: its outcome stands.
             return first
         }
         return report
+    }
+
+    /// Records an outcome Apple already gave, waiting out a PostgreSQL outage (capped exponential
+    /// back-off, 50 ms to 2 s) instead of failing the request: a failed request would be handled
+    /// again and this notification sent to Apple a second time. Stops only when the task is cancelled
+    /// (the notification is then sent again by the next delivery, as after a crash) or when
+    /// PostgreSQL refuses the row for its content (SQLSTATE class 22 or 23, rethrown).
+    /// - Throws: `PostgresError` caused by the data; `CancellationError`.
+    private func recordRetrying(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
+        var delay = Duration.milliseconds(50)
+        var failures = 0
+        while true {
+            do {
+                return try await sendLog.record(report, event: event)
+            } catch let error as PostgresError where !error.isCausedByTheData {
+                try Task.checkCancellation()
+                failures += 1
+                if recordWarnings.shouldLog() {
+                    logger.warning("recording an outcome failed: retrying (Apple already answered)", [
+                        "request_id": report.requestID, "failures": "\(failures)", "error": "\(error)",
+                    ])
+                }
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
     }
 
     /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and

@@ -58,5 +58,16 @@ public enum TokenStoreMigrations {
             -- publishing their reports again.
             ALTER TABLE send_log ADD COLUMN acknowledged boolean NOT NULL DEFAULT false;
             """),
+        Migration(version: 4, name: "request_completions", sql: """
+            -- One row per send request whose RequestCompleted Kafka acknowledged: a redelivery of the
+            -- record (an offset commit lost to a broker outage or a rebalance, a producer retry) is
+            -- finished at once, without publishing anything again. Deleted with send_log's retention.
+            CREATE TABLE request_completions (
+                request_id      text PRIMARY KEY,
+                event_id        text NOT NULL,
+                completed_at    timestamptz NOT NULL DEFAULT now()
+            );
+            CREATE INDEX request_completions_completed_at ON request_completions (completed_at);
+            """),
     ]
 }

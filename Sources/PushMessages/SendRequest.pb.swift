@@ -631,6 +631,15 @@ public struct Notification: ProtobufMessage {
     /// Field 8, `string apns_id`.
     public var apnsID: String = ""
 
+    /// An alert push without collapse_id gets an apns-collapse-id derived from the request id (22
+    /// characters of base64url of its SHA-256), so that a copy sent again after a crash replaces the
+    /// first in Notification Center while that one is still shown. true: send no apns-collapse-id
+    /// (each copy shown on its own, as Apple does without one). Ignored for other push types and when
+    /// collapse_id is set. See docs/contracts.md "Collapse ids".
+    ///
+    /// Field 9, `bool no_request_collapse_id`.
+    public var noRequestCollapseID: Bool = false
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -646,7 +655,8 @@ public struct Notification: ProtobufMessage {
         expiration: Int64? = nil,
         collapseID: String = "",
         payload: String = "",
-        apnsID: String = ""
+        apnsID: String = "",
+        noRequestCollapseID: Bool = false
     ) {
         self.bundleID = bundleID
         self.environment = environment
@@ -656,6 +666,7 @@ public struct Notification: ProtobufMessage {
         self.collapseID = collapseID
         self.payload = payload
         self.apnsID = apnsID
+        self.noRequestCollapseID = noRequestCollapseID
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -678,6 +689,8 @@ public struct Notification: ProtobufMessage {
                 self.payload = try reader.read(ProtobufString.self)
             case (8, .lengthDelimited):
                 self.apnsID = try reader.read(ProtobufString.self)
+            case (9, .varint):
+                self.noRequestCollapseID = try reader.read(ProtobufBool.self)
             default:
                 return false
             }
@@ -697,6 +710,7 @@ public struct Notification: ProtobufMessage {
         case 6: "collapse_id"
         case 7: "payload"
         case 8: "apns_id"
+        case 9: "no_request_collapse_id"
         default: String(number)
         }
     }
@@ -711,6 +725,7 @@ public struct Notification: ProtobufMessage {
         if !self.collapseID.isEmpty { writer.writeField(ProtobufString.self, self.collapseID, number: 6) }
         if !self.payload.isEmpty { writer.writeField(ProtobufString.self, self.payload, number: 7) }
         if !self.apnsID.isEmpty { writer.writeField(ProtobufString.self, self.apnsID, number: 8) }
+        if self.noRequestCollapseID { writer.writeField(ProtobufBool.self, self.noRequestCollapseID, number: 9) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -744,6 +759,9 @@ public struct Notification: ProtobufMessage {
                 case "apnsId", "apns_id":
                     try seen.see(field: 8)
                     if !member.value.isNull { self.apnsID = try ProtobufString.readJSON(member.value) }
+                case "noRequestCollapseId", "no_request_collapse_id":
+                    try seen.see(field: 9)
+                    if !member.value.isNull { self.noRequestCollapseID = try ProtobufBool.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -763,6 +781,7 @@ public struct Notification: ProtobufMessage {
         if !self.collapseID.isEmpty { writer.writeField(ProtobufString.self, self.collapseID, jsonName: "collapseId", protoName: "collapse_id") }
         if !self.payload.isEmpty { writer.writeField(ProtobufString.self, self.payload, jsonName: "payload", protoName: "payload") }
         if !self.apnsID.isEmpty { writer.writeField(ProtobufString.self, self.apnsID, jsonName: "apnsId", protoName: "apns_id") }
+        if self.noRequestCollapseID { writer.writeField(ProtobufBool.self, self.noRequestCollapseID, jsonName: "noRequestCollapseId", protoName: "no_request_collapse_id") }
     }
 }
 

@@ -136,31 +136,126 @@ def kafka_config() -> dict[str, str]:
 
 
 def produce(topic: str, key: bytes, value: bytes, content_type: str, partition: int | None = None,
-            headers: list[tuple[str, bytes]] | None = None) -> None:
+            headers: list[tuple[str, bytes]] | None = None, **producer_config) -> tuple[int, int]:
+    """Produces one record (acks=all, idempotent) and waits for its acknowledgement.
+    `headers` are added after the content-type; `producer_config` adds librdkafka properties (dots as
+    underscores: message_max_bytes=…). Returns (partition, offset) of the acknowledged record."""
     from confluent_kafka import Producer
-    producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True})
-    errors: list = []
+    extra_config = {k.replace("_", "."): v for k, v in producer_config.items()}
+    producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True, **extra_config})
+    results: list = []
     extra = {} if partition is None else {"partition": partition}
     producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())] + (headers or []),
-                     on_delivery=lambda err, msg: errors.append(err) if err else None, **extra)
-    producer.flush(15)
-    if errors:
-        raise RuntimeError(f"produce to {topic} failed: {errors}")
+                     on_delivery=lambda err, msg: results.append((err, msg.partition(), msg.offset())), **extra)
+    producer.flush(30)
+    if not results or results[0][0]:
+        raise RuntimeError(f"produce to {topic} failed: {results or 'no acknowledgement within 30 s'}")
+    return results[0][1], results[0][2]
 
 
-def send_request(request, partition: int | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:
-    """Produces a push.v1.SendRequest (protobuf) keyed by its request id (to `partition` if given)."""
-    produce(SEND_REQUESTS, request.request_id.encode(), request.SerializeToString(),
-            "application/x-protobuf; message=push.v1.SendRequest", partition, headers)
+def send_request(request, partition: int | None = None, headers: list[tuple[str, bytes]] | None = None) -> tuple[int, int]:
+    """Produces a push.v1.SendRequest (protobuf) keyed by its request id (to `partition` if given).
+    Returns (partition, offset)."""
+    return produce(SEND_REQUESTS, request.request_id.encode(), request.SerializeToString(),
+                   "application/x-protobuf; message=push.v1.SendRequest", partition, headers)
+
+
+def committed(topic: str, partition: int, group: str = "push-dispatcher") -> int:
+    """The committed offset of `group` for topic[partition] (OffsetFetch; joins no group); negative when none."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({**kafka_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+    finally:
+        consumer.close()
+
+
+def produced_offset(topic: str, partition: int) -> int:
+    """The end of topic[partition]: the offset the next record produced there gets (high watermark)."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({**kafka_config(), "group.id": f"e2e-{uuid.uuid4()}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+def insert_tokens(user_id: str, count: int, bundle_id: str, registered_at_ms: int = 1) -> list[str]:
+    """Inserts `count` active sandbox standard tokens of `user_id` straight into the token table
+    (much faster than registering them); returns them, sorted."""
+    psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,"
+         " last_event_at_ms, registered_at_ms)"
+         f" SELECT md5('{user_id}a' || i) || md5('{user_id}b' || i), '{bundle_id}', 'sandbox', 'standard', '{user_id}',"
+         f" 'active', {registered_at_ms}, {registered_at_ms} FROM generate_series(1, {count}) AS i")
+    return sorted(row[0] for row in psql(f"SELECT device_token FROM device_tokens WHERE user_id = '{user_id}'"))
+
+
+class Dispatcher:
+    """A dispatcher process: the stack's (pid file), or one started with the same binary and
+    environment (`launch_spec`), whose exit status can then be read."""
+
+    def __init__(self, pid: int, log: Path):
+        self.pid, self.log = pid, log
+        self.process: subprocess.Popen | None = None
+
+    @staticmethod
+    def stack() -> "Dispatcher":
+        pid = int((VAR_DIR / "run" / "dispatcher.pid").read_text())
+        return Dispatcher(pid, VAR_DIR / "log" / "dispatcher.log")
+
+    def launch_spec(self) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment the process was started with (from /proc)."""
+        argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{self.pid}/environ").read_bytes().split(b"\0") if b"=" in item)
+        return [a.decode() for a in argv], {k.decode(): v.decode() for k, v in environ.items()}
+
+    @staticmethod
+    def start(argv: list[str], env: dict[str, str], log: Path, pid_file: Path | None = None,
+              timeout: float = 30.0) -> "Dispatcher":
+        """Starts a dispatcher appending to `log`; returns once it logged "dispatcher ready"."""
+        before = log.read_text(errors="replace").count("dispatcher ready") if log.exists() else 0
+        with open(log, "a") as out:
+            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        if pid_file:
+            pid_file.write_text(str(process.pid))
+        dispatcher = Dispatcher(process.pid, log)
+        dispatcher.process = process
+        wait_for(lambda: log.read_text(errors="replace").count("dispatcher ready") > before or process.poll() is not None,
+                 what=f"{log.name} to be ready", timeout=timeout)
+        if process.poll() is not None:
+            raise RuntimeError(f"dispatcher exited with status {process.returncode} before it was ready; see {log}")
+        return dispatcher
+
+    def alive(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # a zombie child is not alive
+            return Path(f"/proc/{self.pid}/stat").read_text().split()[2] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def exit_status(self, timeout: float) -> int | None:
+        """Waits for the process to end; its exit status when it is our child (negative: the
+        signal that ended it), else None."""
+        if self.process is not None:
+            return self.process.wait(timeout=timeout)
+        wait_for(lambda: not self.alive(), what=f"dispatcher {self.pid} to exit", timeout=timeout)
+        return None
 
 
 class TopicReader:
     """Reads a topic from its current end (assigned, no consumer group), collecting records."""
 
-    def __init__(self, topic: str):
-        from confluent_kafka import Consumer, TopicPartition, OFFSET_END
+    def __init__(self, topic: str, config: dict | None = None):
+        """`config` adds librdkafka properties, e.g. {"log_level": 0}."""
+        from confluent_kafka import Consumer, TopicPartition
         self.consumer = Consumer({**kafka_config(), "group.id": f"e2e-{uuid.uuid4()}",
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest", **(config or {})})
         metadata = self.consumer.list_topics(topic, timeout=10)
         partitions = metadata.topics[topic].partitions
         tps = []

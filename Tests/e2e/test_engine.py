@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -23,88 +21,12 @@ BUNDLE = "com.example.engine"
 wait_for = stack.wait_for
 
 
-class Dispatcher:
-    """A dispatcher process started with the same binary and environment as the stack's."""
-
-    def __init__(self, pid: int, log: Path):
-        self.pid, self.log = pid, log
-
-    @staticmethod
-    def stack() -> "Dispatcher":
-        pid = int((stack.VAR_DIR / "run" / "dispatcher.pid").read_text())
-        return Dispatcher(pid, stack.VAR_DIR / "log" / "dispatcher.log")
-
-    def launch_spec(self) -> tuple[list[str], dict[str, str]]:
-        argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")[:-1]
-        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{self.pid}/environ").read_bytes().split(b"\0") if b"=" in item)
-        return [a.decode() for a in argv], {k.decode(): v.decode() for k, v in environ.items()}
-
-    @staticmethod
-    def start(argv: list[str], env: dict[str, str], log: Path, pid_file: Path | None = None) -> "Dispatcher":
-        before = log.read_text(errors="replace").count("dispatcher ready") if log.exists() else 0
-        with open(log, "a") as out:
-            process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
-        if pid_file:
-            pid_file.write_text(str(process.pid))
-        wait_for(lambda: log.read_text(errors="replace").count("dispatcher ready") > before, what=f"{log.name} to be ready")
-        dispatcher = Dispatcher(process.pid, log)
-        dispatcher.process = process
-        return dispatcher
-
-    def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        try:  # a zombie child is not alive
-            return Path(f"/proc/{self.pid}/stat").read_text().split()[2] != "Z"
-        except FileNotFoundError:
-            return False
-
-    def exit_status(self, timeout: float) -> int | None:
-        """Waits for the process to end; its exit status when it is our child, else None."""
-        process = getattr(self, "process", None)
-        if process is not None:
-            return process.wait(timeout=timeout)
-        wait_for(lambda: not self.alive(), what=f"dispatcher {self.pid} to exit", timeout=timeout)
-        return None
-
-
-def committed(topic: str, partition: int) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({**stack.kafka_config(), "group.id": GROUP, "enable.auto.commit": False})
-    try:
-        return consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
-    finally:
-        consumer.close()
-
-
-def register_bulk(user_id: str, count: int) -> list[str]:
-    """Inserts `count` active sandbox tokens of `user_id` straight into the token table."""
-    stack.psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,"
-               " last_event_at_ms, registered_at_ms)"
-               f" SELECT md5('{user_id}a' || i) || md5('{user_id}b' || i), '{BUNDLE}', 'sandbox', 'standard', '{user_id}',"
-               f" 'active', 1, 1 FROM generate_series(1, {count}) AS i")
-    return [row[0] for row in stack.psql(f"SELECT device_token FROM device_tokens WHERE user_id = '{user_id}'")]
-
-
 def user_request(request_id: str, user_id: str):
     send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
     return send.SendRequest(
         request_id=request_id, user_ids=send.UserIds(user_ids=[user_id]),
         notification=send.Notification(bundle_id=BUNDLE, environment=common.Environment.Value("SANDBOX"),
                                         push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"engine"}}'))
-
-
-def produced_offset(partition: int) -> int:
-    """The offset the next record produced to send-requests[partition] gets."""
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({**stack.kafka_config(), "group.id": f"e2e-{uuid.uuid4()}"})
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(stack.SEND_REQUESTS, partition), timeout=10)[1]
-    finally:
-        consumer.close()
 
 
 class Feedback:
@@ -141,13 +63,13 @@ def slow_apple():
 
 
 def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_token(slow_apple):
-    dispatcher = Dispatcher.stack()
+    dispatcher = stack.Dispatcher.stack()
     argv, env = dispatcher.launch_spec()
     user = f"engine-term-{uuid.uuid4()}"
-    tokens = set(register_bulk(user, 10_000))
+    tokens = set(stack.insert_tokens(user, 10_000, BUNDLE))
     request_id = f"term-{uuid.uuid4()}"
     partition = 2
-    offset = produced_offset(partition)
+    offset = stack.produced_offset(stack.SEND_REQUESTS, partition)
     feedback = Feedback(request_id)
     try:
         stack.send_request(user_request(request_id, user), partition=partition)
@@ -159,19 +81,19 @@ def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_tok
         log = dispatcher.log.read_text(errors="replace").split("dispatcher ready")[-1]
         assert "outcome=graceful" in log or '"outcome":"graceful"' in log, log[-2000:]  # logfmt or LOG_FORMAT=json
         assert elapsed < 30
-        assert committed(stack.SEND_REQUESTS, partition) <= offset, "the unfinished request's offset was committed"
+        assert stack.committed(stack.SEND_REQUESTS, partition) <= offset, "the unfinished request's offset was committed"
         feedback.poll(1.0)
         before_restart = len({e.delivery_report.device_token for e in feedback.reports})
         assert before_restart < len(tokens), "the request finished before the SIGTERM: make it slower"
         assert not feedback.completed
 
-        Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+        stack.Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
         feedback.until(lambda f: f.completed, "the RequestCompleted after the restart")
         feedback.poll(2.0)
     finally:
         feedback.close()
-        if not Dispatcher.stack().alive():
-            Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+        if not stack.Dispatcher.stack().alive():
+            stack.Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
 
     by_token: dict[str, set[str]] = {}
     for event in feedback.reports:
@@ -183,19 +105,19 @@ def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_tok
     assert len({e.event_id for e in feedback.completed}) == 1
     completed = feedback.completed[0].request_completed
     assert (completed.total, completed.delivered) == (10_000, 10_000)
-    assert committed(stack.SEND_REQUESTS, partition) == wait_for(
-        lambda: committed(stack.SEND_REQUESTS, partition) if committed(stack.SEND_REQUESTS, partition) > offset else None,
+    assert stack.committed(stack.SEND_REQUESTS, partition) == wait_for(
+        lambda: stack.committed(stack.SEND_REQUESTS, partition) if stack.committed(stack.SEND_REQUESTS, partition) > offset else None,
         what="the request's offset to be committed", timeout=30)
 
 
 def test_a_second_sigterm_during_the_drain_exits_at_once_without_committing(slow_apple):
-    dispatcher = Dispatcher.stack()
+    dispatcher = stack.Dispatcher.stack()
     argv, env = dispatcher.launch_spec()
     user = f"engine-term2-{uuid.uuid4()}"
-    register_bulk(user, 3_000)
+    stack.insert_tokens(user, 3_000, BUNDLE)
     request_id = f"term2-{uuid.uuid4()}"
     partition = 3
-    offset = produced_offset(partition)
+    offset = stack.produced_offset(stack.SEND_REQUESTS, partition)
     feedback = Feedback(request_id)
     try:
         # Apple stops answering: the notifications in flight cannot finish, so the drain would last.
@@ -210,12 +132,12 @@ def test_a_second_sigterm_during_the_drain_exits_at_once_without_committing(slow
         os.kill(dispatcher.pid, signal.SIGTERM)
         dispatcher.exit_status(timeout=10)
         assert time.monotonic() - started < 10
-        assert committed(stack.SEND_REQUESTS, partition) <= offset
+        assert stack.committed(stack.SEND_REQUESTS, partition) <= offset
     finally:
         stack.simulator_admin("/admin/faults", "PUT", {})
         feedback.close()
-        if not Dispatcher.stack().alive():
-            Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+        if not stack.Dispatcher.stack().alive():
+            stack.Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
     # The restarted dispatcher finishes the request.
     feedback = Feedback(request_id)
     try:
@@ -226,10 +148,10 @@ def test_a_second_sigterm_during_the_drain_exits_at_once_without_committing(slow
 
 
 def test_a_second_replica_joining_mid_request_takes_over_without_repeats(slow_apple):
-    dispatcher = Dispatcher.stack()
+    dispatcher = stack.Dispatcher.stack()
     argv, env = dispatcher.launch_spec()
     user = f"engine-join-{uuid.uuid4()}"
-    tokens = set(register_bulk(user, 10_000))
+    tokens = set(stack.insert_tokens(user, 10_000, BUNDLE))
     request_ids = [f"join-{p}-{uuid.uuid4()}" for p in range(4)]
     feedbacks = {rid: Feedback(rid) for rid in request_ids}
     second = None
@@ -240,7 +162,7 @@ def test_a_second_replica_joining_mid_request_takes_over_without_repeats(slow_ap
         first.until(lambda f: len(f.reports) >= 500, "the first reports")
         # A second replica on this host needs an admin port of its own (0: the kernel picks one).
         env2 = {**env, "PUSH_INSTANCE_ID": f"second-{uuid.uuid4().hex[:8]}", "PUSH_ADMIN_PORT": "0"}
-        second = Dispatcher.start(argv, env2, stack.VAR_DIR / "log" / "dispatcher-2.log")
+        second = stack.Dispatcher.start(argv, env2, stack.VAR_DIR / "log" / "dispatcher-2.log")
         for rid, feedback in feedbacks.items():
             feedback.until(lambda f: f.completed, f"the RequestCompleted of {rid}", timeout=240)
         for feedback in feedbacks.values():

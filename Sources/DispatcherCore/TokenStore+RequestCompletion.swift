@@ -1,0 +1,29 @@
+import Postgres
+
+extension TokenStore {
+    /// Records that a send request finished: every outcome recorded and its `RequestCompleted`
+    /// acknowledged by Kafka (table `request_completions`). Recording it twice is harmless.
+    /// - Parameters:
+    ///   - requestID: the request id.
+    ///   - eventID: the `RequestCompleted` event's id (`FeedbackEventID.requestCompleted`).
+    /// - Throws: `PostgresError`.
+    public func recordCompletion(requestID: String, eventID: String) async throws {
+        _ = try await pool.withConnection { connection in
+            try await connection.execute(
+                "INSERT INTO request_completions (request_id, event_id) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING",
+                [.string(requestID), .string(eventID)])
+        }
+    }
+
+    /// Which of `requestIDs` finished earlier (see `recordCompletion(requestID:eventID:)`), in one query.
+    /// - Throws: `PostgresError`.
+    public func completedRequests(_ requestIDs: [String]) async throws -> Set<String> {
+        guard !requestIDs.isEmpty else { return [] }
+        let rows = try await pool.withConnection { connection in
+            try await connection.query(
+                "SELECT request_id FROM request_completions WHERE request_id = ANY($1::text[])",
+                [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+        }
+        return Set(try rows.compactMap { try $0.string("request_id") })
+    }
+}
