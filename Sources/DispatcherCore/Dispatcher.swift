@@ -158,7 +158,7 @@ public final class Dispatcher: Sendable {
             guard !state.stopping else { return nil }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
             var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
-            if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
+            if !slot.scheduler.stopped, !slot.scheduler.accepts(message.offset) {
                 // The consumer re-reads the partition from an older offset (it was revoked and
                 // assigned again): start over; workers of the old generation are ignored.
                 logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
