@@ -24,6 +24,8 @@ public final class Dispatcher: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let engine = Mutex(EngineState())
+    /// Notifications waiting in the process for an APNs retry (woken early to be parked).
+    private let retryTimers = RetryTimers()
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -105,7 +107,12 @@ public final class Dispatcher: Sendable {
             Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
         }
         defer { retention?.cancel() }
+        let parkedRetries = ParkedRetryDriver(
+            processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
+            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease, logger: logger)
+        let redrive = Task { await parkedRetries.run() }
         await shutdown.wait()
+        redrive.cancel()
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
@@ -154,8 +161,8 @@ public final class Dispatcher: Sendable {
     /// Hands one record to its partition's scheduler and starts the worker it asks for.
     private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
         let partition = message.topicPartition
-        let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
-            guard !state.stopping else { return nil }
+        let (flow, atCap) = engine.withLock { state -> (PartitionScheduler.FlowChange?, Bool) in
+            guard !state.stopping else { return (nil, false) }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
             var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
             if !slot.scheduler.stopped, !slot.scheduler.accepts(message.offset) {
@@ -167,11 +174,15 @@ public final class Dispatcher: Sendable {
             }
             let start = slot.scheduler.receive(message)
             let flow = slot.scheduler.flowChange()
+            let atCap = slot.scheduler.atCap
             state.slots[partition] = slot
             if !start.isEmpty { spawnWorker(start, partition: partition, generation: slot.generation, consumer: consumer, state: &state) }
-            return flow
+            return (flow, atCap)
         }
         apply(flow, to: partition, consumer)
+        // The span is full: notifications of the partition waiting on a timer are parked, so that
+        // their records can finish and the prefix move.
+        if atCap { retryTimers.parkAll(of: partition) }
     }
 
     private func hasRoom() -> Bool {
@@ -184,7 +195,9 @@ public final class Dispatcher: Sendable {
             topic == configuration.topics.tokenEvents
             ? .ordered(batchSize: configuration.tokenEventBatchSize)
             : .parallel(maxInFlight: configuration.maxInFlightPerPartition)
-        return Slot(generation: state.nextID, scheduler: PartitionScheduler(mode: mode, pauseThreshold: configuration.pauseThresholdPerPartition))
+        return Slot(generation: state.nextID, scheduler: PartitionScheduler(
+            mode: mode, pauseThreshold: configuration.pauseThresholdPerPartition,
+            maxUncommitted: configuration.retryParking.maxUncommittedRecords))
     }
 
     private func apply(_ flow: PartitionScheduler.FlowChange?, to partition: KafkaTopicPartition, _ consumer: KafkaConsumer) {
@@ -240,6 +253,10 @@ public final class Dispatcher: Sendable {
                 if finished {
                     let result = slot.scheduler.finish(records)
                     next = result.next
+                    // Held records that joined the span may start beyond this worker's next one.
+                    for more in slot.scheduler.takeStartable() {
+                        spawnWorker(more, partition: partition, generation: generation, consumer: consumer, state: &state)
+                    }
                     if let offset = result.store {
                         // Stored under the lock, so that stores of one partition never go backwards.
                         if case .notAssigned? = consumer.storeOffsets([partition: offset])[partition] {
@@ -278,13 +295,17 @@ public final class Dispatcher: Sendable {
     ///   is stopping (the records then stay unfinished and are never stored).
     private func handleWithRetries(_ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int) async -> Bool {
         let shouldStop: @Sendable () -> Bool = { [engine = self] in engine.isAbandoned(partition, generation) }
+        let retryContext = RetryContext(
+            partition: partition, recordStartedAt: .now,
+            uncommittedRecords: { [engine = self] in engine.uncommittedRecords(partition, generation) },
+            policy: configuration.retryParking, timers: retryTimers)
         var delay = configuration.initialRetryDelay
         let startedAt = ContinuousClock.now
         var lastStuckLog: ContinuousClock.Instant?
         while true {
             if Task.isCancelled { return false }
             do {
-                try await handle(records, shouldStop: shouldStop)
+                try await handle(records, retryContext: retryContext, shouldStop: shouldStop)
                 return true
             } catch {
                 if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
@@ -318,6 +339,15 @@ public final class Dispatcher: Sendable {
 
     /// Whether records of `partition` started under `generation` should stop: the process is stopping,
     /// or the partition was revoked or reset since.
+    /// Records in the uncommitted span of `partition`; `Int.max` (park at once) when the partition
+    /// was revoked or reset since `generation` started, or the process is stopping.
+    private func uncommittedRecords(_ partition: KafkaTopicPartition, _ generation: Int) -> Int {
+        engine.withLock { state in
+            guard !state.stopping, let slot = state.slots[partition], slot.generation == generation, !slot.scheduler.stopped else { return .max }
+            return slot.scheduler.uncommitted
+        }
+    }
+
     private func isAbandoned(_ partition: KafkaTopicPartition, _ generation: Int) -> Bool {
         engine.withLock { state in
             guard !state.stopping, state.slots[partition]?.generation == generation else { return true }
@@ -335,6 +365,8 @@ public final class Dispatcher: Sendable {
             return (dropped, state.workers.values.filter(\.retrying).compactMap(\.task))
         }
         retrying.forEach { $0.cancel() }
+        // Notifications waiting for an APNs retry are parked: durable, their records may finish.
+        retryTimers.parkAll()
         return dropped
     }
 
@@ -391,6 +423,7 @@ public final class Dispatcher: Sendable {
                     return state.workers.values.filter { revoked.contains($0.partition) && ($0.retrying || revocation.isLost) }.compactMap(\.task)
                 }
                 retrying.forEach { $0.cancel() }
+                retryTimers.parkAll { revoked.contains($0) }
                 let drained = revocation.isLost ? true : await waitUntilIdle(revoked, timeout: configuration.revokeDrain)
                 engine.withLock { state in
                     for partition in revoked { state.slots[partition] = nil }
@@ -414,12 +447,12 @@ public final class Dispatcher: Sendable {
 
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
-    func handle(_ records: [KafkaMessage], shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
+    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
-            for message in records { try await handleSendRequest(message, shouldStop: shouldStop) }
+            for message in records { try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) }
         }
     }
 
@@ -450,7 +483,7 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    private func handleSendRequest(_ message: KafkaMessage, shouldStop: @escaping @Sendable () -> Bool) async throws {
+    private func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws {
         let request: SendRequest
         do {
             request = try SendRequestDecoder.decode(message)
@@ -471,7 +504,7 @@ public final class Dispatcher: Sendable {
             return
         }
         do {
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
+            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), retryContext: retryContext, shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])

@@ -12,17 +12,19 @@ import Synchronization
 /// twice only if the process died between Apple's answer and the record.
 public final class SendRequestProcessor: Sendable {
     private let store: TokenStore
-    private let sender: any NotificationSender
-    private let feedback: FeedbackPublisher
+    let sender: any NotificationSender
+    let feedback: FeedbackPublisher
     private let defaultEnvironment: APNsEnvironment
-    private let clock: any WallClock
-    private let logger: Logger
+    let clock: any WallClock
+    let logger: Logger
     /// Notifications sent at once across every request of this processor.
-    private let budget: AsyncSemaphore
+    let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
-    /// Batched look-ups (see `BatchLoader`): recorded outcomes by request id, active tokens by user,
-    /// rows by token.
-    private let recordedLoader: BatchLoader<String, [String: TokenStore.RecordedOutcome]>
+    /// Parked notifications and the requests waiting for them.
+    let parking: PendingRetryStore
+    /// Batched look-ups (see `BatchLoader`): what earlier deliveries left by request id (recorded
+    /// outcomes and parked tokens), active tokens by user, rows by token.
+    private let progressLoader: BatchLoader<String, PendingRetryStore.RequestProgress>
     private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
     private let tokensLoader: BatchLoader<[String], [String: StoredToken]>
 
@@ -32,9 +34,11 @@ public final class SendRequestProcessor: Sendable {
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000) {
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.sendLog = store.makeSendLogWriter()
-        self.recordedLoader = BatchLoader { [store] requestIDs in
-            let found = try await store.recordedOutcomeStates(requestIDs: requestIDs)
-            return requestIDs.map { found[$0] ?? [:] }
+        let parking = store.makePendingRetryStore()
+        self.parking = parking
+        self.progressLoader = BatchLoader { requestIDs in
+            let found = try await parking.progress(requestIDs: requestIDs)
+            return requestIDs.map { found[$0] ?? PendingRetryStore.RequestProgress() }
         }
         self.userTokensLoader = BatchLoader { [store] lists in
             let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
@@ -66,16 +70,20 @@ public final class SendRequestProcessor: Sendable {
     /// - Parameter consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
     /// - Parameter shouldStop: asked before each notification starts; once it answers true, no further
     ///   notification starts, those in flight finish, and `RecordAbandoned` is thrown.
+    /// - Parameter retryContext: where a notification waiting for an APNs retry waits (its record's
+    ///   partition, the cap on its uncommitted span); see `HotPathRetryWaiter`.
     /// - Throws: `RecordAbandoned` when stopped; otherwise only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
-    ///   whole request, which is idempotent through `send_log`.
-    public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
+    ///   whole request, which is idempotent through `send_log` and `pending_retries`.
+    func process(_ request: SendRequest, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
+                 shouldStop: @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         // Both look-ups are batched with those of other requests running at the same time.
-        async let recordedLookup = recordedLoader.load(request.requestID)
+        async let progressLookup = progressLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
-        let recorded = try await recordedLookup
+        let progress = try await progressLookup
+        let recorded = progress.recorded
 
         var counts = RequestCompleted()
         counts.requestID = request.requestID
@@ -93,20 +101,26 @@ public final class SendRequestProcessor: Sendable {
                 // Stopping (shutdown, revocation): no new notification starts; those in flight finish
                 // and are recorded; the request stays unfinished and is read again.
                 if shouldStop() { abandoned = true; break }
-                try await budget.acquire()
-                if shouldStop() {
-                    budget.release()
-                    abandoned = true
-                    break
-                }
                 let token: String
                 switch target {
                 case .send(let stored): token = stored.deviceToken
                 case .outcome(let raw, _, _, _, _): token = raw
                 }
+                if progress.parked.contains(token) {
+                    // Parked by an earlier delivery of this record: the parked path finishes it.
+                    tally.countParked()
+                    continue
+                }
+                let permit = NotificationPermit(budget)
+                try await permit.acquire()
+                if shouldStop() {
+                    permit.release()
+                    abandoned = true
+                    break
+                }
                 let earlier = recorded[token]
                 group.addTask {
-                    defer { self.budget.release() }
+                    defer { permit.release() }
                     let outcome: DeliveryOutcome
                     if let earlier, let event = try? FeedbackEvent(protobufBytes: earlier.event),
                        case .deliveryReport(let report)? = event.event
@@ -118,7 +132,14 @@ public final class SendRequestProcessor: Sendable {
                         }
                         outcome = report.outcome
                     } else {
-                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks).outcome
+                        guard let report = try await self.deliver(
+                            target, request: request, template: template, requestedAt: requestedAt, acks: acks,
+                            permit: permit, retryContext: retryContext)
+                        else {
+                            tally.countParked()
+                            return
+                        }
+                        outcome = report.outcome
                     }
                     tally.count(outcome)
                 }
@@ -130,6 +151,16 @@ public final class SendRequestProcessor: Sendable {
             // the next owner need not publish them again.
             try? await store.markAcknowledged(requestID: request.requestID)
             throw RecordAbandoned()
+        }
+        if tally.parked > 0 {
+            // Some notifications wait in pending_retries: the RequestCompleted comes once the last
+            // of them is recorded (docs/dispatcher-engine.md "When a request with parked
+            // notifications completes"). The reports published so far must be acknowledged first.
+            try await acks.waitForAll()
+            try await parking.markRecordDone(requestID: request.requestID)
+            logger.debug("request handed over to parked retries", ["request_id": request.requestID, "parked": "\(tally.parked)"])
+            try await completeParkedRequest(request.requestID)
+            return
         }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
@@ -199,8 +230,9 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
+    /// - Returns: the report, or nil when the notification was parked for a later retry.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
-                         acks: Acknowledgements) async throws -> DeliveryReport {
+                         acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext) async throws -> DeliveryReport? {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -231,44 +263,73 @@ public final class SendRequestProcessor: Sendable {
                 return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
             }
             report.sentAtMs = clock.nowMilliseconds()
-            do {
-                let response = try await sender.send(apnsRequest, environment: stored.environment)
-                report.attempts = UInt32(clamping: response.attempts)
-                report.completedAtMs = clock.nowMilliseconds()
-                report.httpStatus = UInt32(response.status)
-                report.apnsID = response.apnsID ?? report.apnsID
-                report.apnsUniqueID = response.apnsUniqueID ?? ""
-                report.apnsReason = response.reason?.rawValue ?? ""
-                switch response.action {
-                case _ where response.isSuccess:
-                    report.outcome = .delivered
-                case .deactivateToken:
-                    report.outcome = .rejected
-                    try await invalidate(stored, response: response, report: report, traceParent: request.traceParent)
-                case .reject:
-                    report.outcome = .rejected
-                case _ where response.hasUnknownReason:
-                    report.outcome = .rejected
-                default:
-                    // The client retried as far as the rules allow and gave up: final.
-                    report.outcome = .failed
-                    report.outcomeReason = .retryHorizonExceeded
-                }
-                if let reason = response.reason, Self.isProviderTokenFault(reason) { report.outcomeReason = .providerTokenFault }
-            } catch let error as CancellationError {
-                throw error
-            } catch where Task.isCancelled {
-                // Stopped while sending: not an outcome. The record stays unfinished and is read again.
-                throw CancellationError()
-            } catch {
-                report.attempts = UInt32(clamping: (error as? APNsError)?.attempts ?? 1)
-                report.completedAtMs = clock.nowMilliseconds()
-                report.outcomeReason = Self.outcomeReason(for: error)
-                report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
-                logger.warning("APNs send failed", ["request_id": request.requestID, "error": "\(error)"])
+            let deadline = sender.retryDeadline(for: apnsRequest)
+            let waiter = HotPathRetryWaiter(permit: permit, context: retryContext, logger: logger) { [parking] delay, attempts, reason in
+                var pending = report
+                pending.attempts = UInt32(clamping: attempts)
+                let retry = PendingRetry(
+                    request: apnsRequest, environment: stored.environment, report: pending, traceParent: request.traceParent,
+                    retryDeadline: deadline, attempts: attempts, lastReason: reason.label)
+                try await parking.park(retry, delay: delay)
             }
+            guard let settled = try await sendAndSettle(
+                apnsRequest, environment: stored.environment, report: report, earlierAttempts: 0,
+                options: APNsSendOptions(waiter: waiter, retryDeadline: deadline), requestID: request.requestID, traceParent: request.traceParent)
+            else { return nil }
+            report = settled
         }
         return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
+    }
+
+    /// Sends one notification and fills `report` with the outcome (not yet recorded).
+    /// - Parameters:
+    ///   - earlierAttempts: attempts made by earlier deliveries (a parked notification), added to
+    ///     the client's count.
+    /// - Returns: the settled report, or nil when the waiter parked the notification (`RetryParked`).
+    /// - Throws: `CancellationError` when stopped while sending (not an outcome: the record stays
+    ///   unfinished); `PostgresError`/`KafkaError` from deactivating a token.
+    func sendAndSettle(_ apnsRequest: APNsRequest, environment: APNsEnvironment, report: DeliveryReport, earlierAttempts: Int,
+                       options: APNsSendOptions, requestID: String, traceParent: String) async throws -> DeliveryReport? {
+        var report = report
+        do {
+            let response = try await sender.send(apnsRequest, environment: environment, options: options)
+            report.attempts = UInt32(clamping: earlierAttempts + response.attempts)
+            report.completedAtMs = clock.nowMilliseconds()
+            report.httpStatus = UInt32(response.status)
+            report.apnsID = response.apnsID ?? report.apnsID
+            report.apnsUniqueID = response.apnsUniqueID ?? ""
+            report.apnsReason = response.reason?.rawValue ?? ""
+            switch response.action {
+            case _ where response.isSuccess:
+                report.outcome = .delivered
+            case .deactivateToken:
+                report.outcome = .rejected
+                try await invalidate(report.deviceToken, response: response, report: report, traceParent: traceParent)
+            case .reject:
+                report.outcome = .rejected
+            case _ where response.hasUnknownReason:
+                report.outcome = .rejected
+            default:
+                // The client retried as far as the rules allow and gave up: final.
+                report.outcome = .failed
+                report.outcomeReason = .retryHorizonExceeded
+            }
+            if let reason = response.reason, Self.isProviderTokenFault(reason) { report.outcomeReason = .providerTokenFault }
+        } catch is RetryParked {
+            return nil
+        } catch let error as CancellationError {
+            throw error
+        } catch where Task.isCancelled {
+            // Stopped while sending: not an outcome. The record stays unfinished and is read again.
+            throw CancellationError()
+        } catch {
+            report.attempts = UInt32(clamping: earlierAttempts + ((error as? APNsError)?.attempts ?? 1))
+            report.completedAtMs = clock.nowMilliseconds()
+            report.outcomeReason = Self.outcomeReason(for: error)
+            report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
+            logger.warning("APNs send failed", ["request_id": requestID, "error": "\(error)"])
+        }
+        return report
     }
 
     /// The dispatcher's reason for a send that threw (docs/contracts.md "Outcome reasons"): a stream
@@ -301,7 +362,7 @@ public final class SendRequestProcessor: Sendable {
     /// Records the final outcome in `send_log` (batched, see `SendLogWriter`), then publishes its
     /// report (in that order: a redelivered request re-publishes what was recorded instead of sending
     /// again). When the row already existed, the stored report is published, never a new outcome.
-    private func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
+    func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
         var report = report
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
@@ -318,11 +379,11 @@ public final class SendRequestProcessor: Sendable {
 
     /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
     /// announce it with `TokenInvalidated`.
-    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
+    private func invalidate(_ token: String, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
         let now = clock.nowMilliseconds()
         let invalidatedAt = response.timestampMilliseconds ?? report.sentAtMs
         guard let row = try await store.deactivate(
-            token: stored.deviceToken, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
+            token: token, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
             invalidatedAtMs: invalidatedAt, nowMs: now)
         else { return }
         var invalidated = TokenInvalidated()
@@ -367,4 +428,11 @@ private final class OutcomeTally: Sendable {
     }
 
     var counts: RequestCompleted { state.withLock { $0 } }
+
+    /// A notification left to the parked path (no outcome here).
+    func countParked() { parkedCount.add(1, ordering: .relaxed) }
+
+    /// Notifications parked by this delivery or an earlier one.
+    var parked: Int { parkedCount.load(ordering: .relaxed) }
+    private let parkedCount = Atomic<Int>(0)
 }

@@ -1,0 +1,117 @@
+import APNs
+import Kafka
+import ServiceCore
+import Synchronization
+
+/// One permit of the process-wide notification budget, held by one notification: released while
+/// the notification waits for a retry, queued for again when the wait ends, and given back at most
+/// once when the notification settles.
+final class NotificationPermit: Sendable {
+    private let budget: AsyncSemaphore
+    private let held = Atomic<Bool>(false)
+
+    init(_ budget: AsyncSemaphore) { self.budget = budget }
+
+    /// Waits for a permit (FIFO with every other notification).
+    /// - Throws: `CancellationError`.
+    func acquire() async throws {
+        try await budget.acquire()
+        held.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Gives the permit back if held.
+    func release() {
+        if held.exchange(false, ordering: .sequentiallyConsistent) { budget.release() }
+    }
+}
+
+/// Thrown by a waiter once the notification was parked in `pending_retries` (durably) or put back
+/// there by a re-drive: it has no outcome yet, and its record need not wait for it.
+struct RetryParked: Error, CustomStringConvertible {
+    var reason: String
+    var description: String { "notification parked in pending_retries (\(reason))" }
+}
+
+/// Where a notification of a running record stands, for its waiter: its partition, when its record
+/// started, and the dispatcher's decision and timers.
+struct RetryContext: Sendable {
+    /// The record's partition.
+    var partition: KafkaTopicPartition
+    /// When the record started.
+    var recordStartedAt: ContinuousClock.Instant
+    /// Records in the partition's uncommitted span now (`Int.max` when the partition is gone: park).
+    var uncommittedRecords: @Sendable () -> Int
+    var policy: RetryParkingPolicy
+    var timers: RetryTimers
+
+    /// A context for work outside any partition (tests, tools): never parks, waits on timers.
+    static func unbounded(timers: RetryTimers = RetryTimers()) -> RetryContext {
+        RetryContext(
+            partition: KafkaTopicPartition(topic: "", partition: -1), recordStartedAt: .now, uncommittedRecords: { 0 },
+            policy: RetryParkingPolicy(maxUncommittedRecords: .max, maxUncommittedAge: .seconds(Int64.max / 4)), timers: timers)
+    }
+}
+
+/// The waiter of a notification sent by a running record (the hot path). Decides with
+/// `RetryParkingPolicy`: waits on a timer with its budget permit released, or parks the notification
+/// (`park` writes the row) and throws `RetryParked`. Woken early while it waits (the span reached its
+/// cap, the partition stopped), it parks. When parking fails (PostgreSQL unavailable) it waits on the
+/// timer instead: the partition's span stays capped by the scheduler either way.
+struct HotPathRetryWaiter: APNsRetryWaiter {
+    let permit: NotificationPermit
+    let context: RetryContext
+    let logger: Logger
+    /// Writes the `pending_retries` row: the delay still to wait, attempts so far, the reason.
+    let park: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
+
+    func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
+        var decision = context.policy.decide(
+            uncommittedRecords: context.uncommittedRecords(), recordAge: context.recordStartedAt.duration(to: .now), delay: delay)
+        var remaining = delay
+        if decision == .waitOnTimer {
+            permit.release()
+            let start = ContinuousClock.now
+            if try await context.timers.sleep(for: delay, partition: context.partition) == .elapsed {
+                try await permit.acquire()
+                return
+            }
+            remaining = max(.zero, delay - start.duration(to: .now))
+            decision = .park(.spanFull)
+        }
+        do {
+            try await park(remaining, attemptsSoFar, reason)
+        } catch {
+            logger.warning("parking a retry failed: waiting on a timer instead", ["error": "\(error)", "reason": reason.label])
+            permit.release()
+            try await Task.sleep(for: remaining)
+            try await permit.acquire()
+            return
+        }
+        if case .park(let why) = decision { throw RetryParked(reason: "\(why.rawValue), \(reason.label)") }
+    }
+}
+
+/// The waiter of a parked notification being re-driven: every wait puts it back in
+/// `pending_retries`, due after the delay, and throws `RetryParked`; nothing waits in the process.
+struct ParkedRetryWaiter: APNsRetryWaiter {
+    let reschedule: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
+
+    func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
+        try await reschedule(delay, attemptsSoFar, reason)
+        throw RetryParked(reason: "rescheduled, \(reason.label)")
+    }
+}
+
+extension APNsRetryReason {
+    /// A short label for logs and the `last_reason` column.
+    var label: String {
+        switch self {
+        case .tooManyRequests: "too_many_requests"
+        case .serverError(let status): "server_error_\(status)"
+        case .streamTimeout: "stream_timeout"
+        case .connectionFailure: "connection_failure"
+        case .circuitOpen: "circuit_open"
+        case .providerToken: "provider_token"
+        }
+    }
+}
