@@ -109,7 +109,8 @@ public final class Dispatcher: Sendable {
         defer { retention?.cancel() }
         let parkedRetries = ParkedRetryDriver(
             processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
-            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease, logger: logger)
+            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
+            maxInFlight: configuration.maxParkedInFlight, logger: logger)
         let redrive = Task { await parkedRetries.run() }
         await shutdown.wait()
         redrive.cancel()

@@ -37,6 +37,11 @@ do {
     configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...Int.max)
     configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...Int.max)
     configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes, in: 4096...Int.max)
+    configuration.retryParking.maxUncommittedRecords = try env.int(
+        "PUSH_MAX_UNCOMMITTED_RECORDS", default: configuration.retryParking.maxUncommittedRecords, in: 1...Int.max)
+    configuration.retryParking.maxUncommittedAge = try env.milliseconds("PUSH_MAX_UNCOMMITTED_AGE_MS", default: configuration.retryParking.maxUncommittedAge)
+    configuration.pendingRetryScanInterval = try env.milliseconds("PUSH_PENDING_RETRY_SCAN_MS", default: configuration.pendingRetryScanInterval)
+    configuration.pendingRetryLease = try env.milliseconds("PUSH_PENDING_RETRY_LEASE_MS", default: configuration.pendingRetryLease)
     if let hours = env.string("PUSH_SEND_LOG_RETENTION_H") {
         guard let value = Int(hours), value >= 0 else {
             throw EnvironmentConfig.Error(variable: "PUSH_SEND_LOG_RETENTION_H", problem: "expected hours as a non-negative integer (0 keeps rows forever), got \"\(hours)\"")
