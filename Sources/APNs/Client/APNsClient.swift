@@ -79,10 +79,16 @@ public final class APNsClient: Sendable {
 
             /// The delay after `failures` consecutive failures (1 = the first).
             public func delay(afterFailures failures: Int) -> Duration {
+                delay(afterFailures: failures, random: Double.random(in: 0.5...1.0))
+            }
+
+            /// The delay after `failures` consecutive failures with the jitter factor `random`
+            /// (0.5…1.0; injected so that the decision can be tested).
+            public func delay(afterFailures failures: Int, random: Double) -> Duration {
                 let exponent = min(max(failures - 1, 0), 30)
                 var base = initial * (1 << exponent)
                 if base > maximum || base < .zero { base = maximum }
-                return base * Double.random(in: 0.5...1.0)
+                return base * min(max(random, 0), 1)
             }
         }
 
@@ -140,6 +146,9 @@ public final class APNsClient: Sendable {
         public var reconnectBackoff = Backoff(initial: .milliseconds(100), maximum: .seconds(30))
         /// Retry limits.
         public var retry = RetryPolicy()
+        /// How long transient failures are retried (`PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS`,
+        /// `PUSH_APNS_RETRY_HORIZON_MS`).
+        public var retryHorizon = APNsRetryHorizon()
         /// Warn (log and metric `certificates_expiring`) when a provider certificate expires within
         /// this. Default 30 days.
         public var certificateExpiryWarning: Duration = .seconds(30 * 86_400)
@@ -204,7 +213,34 @@ public final class APNsClient: Sendable {
     ///   (back-pressure, nothing sent); `.deliveryFailed` with `attempts` and the last `HTTP2Error`
     ///   as `cause` when no answer came within the retry rules; `.shutDown`. `CancellationError`.
     public func send(_ request: APNsRequest, environment: APNsEnvironment) async throws -> APNsResponse {
+        try await send(request, environment: environment, options: APNsSendOptions())
+    }
+
+    /// The last instant an attempt of `request` may start when first handed to the client at `now`
+    /// (default: the client's clock): see ``APNsRetryHorizon``. The dispatcher stores it with a
+    /// parked retry and passes it back as ``APNsSendOptions/retryDeadline``.
+    public func retryDeadline(for request: APNsRequest, now: Date? = nil) -> Date {
+        let now = now ?? Date(timeIntervalSince1970: TimeInterval(configuration.clock.nowMilliseconds()) / 1000)
+        return configuration.retryHorizon.deadline(for: request, now: now)
+    }
+
+    /// Sends one notification like ``send(_:environment:)``, with per-call options: who waits between
+    /// attempts (``APNsSendOptions/waiter``) and until when retrying may go on
+    /// (``APNsSendOptions/retryDeadline``).
+    /// - Throws: as ``send(_:environment:)``, and whatever the waiter throws, unchanged.
+    public func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsResponse {
         metrics.countRequest()
+        let deadline = options.retryDeadline ?? retryDeadline(for: request)
+        func pause(_ delay: Duration, _ attempts: Int, _ reason: APNsRetryReason) async throws {
+            if let waiter = options.waiter {
+                try await waiter.wait(delay, attemptsSoFar: attempts, reason: reason)
+            } else {
+                try await Task.sleep(for: delay)
+            }
+        }
+        func fits(after delay: Duration) -> Bool {
+            configuration.clock.nowMilliseconds() + delay.wholeMilliseconds <= Int64(deadline.timeIntervalSince1970 * 1000)
+        }
         let pool = try pool(for: request, environment: environment)
         var attempts = 0
         var resends = 0
@@ -220,10 +256,10 @@ public final class APNsClient: Sendable {
                 // No connection could be opened: nothing was sent; back off like a dropped connection.
                 failures += 1
                 let delay = configuration.retry.backoff.delay(afterFailures: failures)
-                guard failures < configuration.retry.maxAttempts, fitsBeforeExpiration(request, after: delay) else {
+                guard fits(after: delay) else {
                     throw APNsError(code: .deliveryFailed, message: "no connection to APNs: \(error.message)", cause: error, attempts: attempts)
                 }
-                try await Task.sleep(for: delay)
+                try await pause(delay, attempts, .connectionFailure)
                 continue
             }
             let authorization: APNsJWT?
@@ -275,11 +311,11 @@ public final class APNsClient: Sendable {
                     throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: attempts)
                 }
                 let delay = configuration.retry.backoff.delay(afterFailures: failures)
-                guard attempts < configuration.retry.maxAttempts, fitsBeforeExpiration(request, after: delay) else {
+                guard fits(after: delay) else {
                     throw APNsError(code: .deliveryFailed, message: "no answer from APNs after \(attempts) attempts: \(error.message)", cause: error, attempts: attempts)
                 }
                 metrics.increment("retries")
-                try await Task.sleep(for: delay)
+                try await pause(delay, attempts, error.code == .timeout ? .streamTimeout : .connectionFailure)
                 continue
             } catch {
                 pool.release(connection, status: nil)
@@ -320,9 +356,11 @@ public final class APNsClient: Sendable {
                 holdTokenAfterStrike = true
                 delay = holdToken(request.deviceToken.hex)
             }
-            guard attempts < configuration.retry.maxAttempts, fitsBeforeExpiration(request, after: delay) else { return response }
+            guard fits(after: delay) else { return response }
             metrics.increment("retries")
-            if delay > .zero, response.action != .backOffDeviceToken { try await Task.sleep(for: delay) }
+            if delay > .zero, response.action != .backOffDeviceToken {
+                try await pause(delay, attempts, response.action == .retryAfterDelayKeepingJWT ? .providerToken : .serverError(status: response.status))
+            }
         }
     }
 
@@ -383,12 +421,6 @@ public final class APNsClient: Sendable {
         case 1: "1"
         default: priority.description
         }
-    }
-
-    /// True unless the notification's expiration passes before a retry after `delay`.
-    private func fitsBeforeExpiration(_ request: APNsRequest, after delay: Duration) -> Bool {
-        guard case .at(let seconds) = request.expiration else { return true }
-        return configuration.clock.nowMilliseconds() + delay.wholeMilliseconds < seconds * 1000
     }
 
     private func record(_ response: APNsResponse) {
