@@ -264,8 +264,9 @@ public final class SendRequestProcessor: Sendable {
             }
             report.sentAtMs = clock.nowMilliseconds()
             let deadline = sender.retryDeadline(for: apnsRequest)
+            let parkedReport = report
             let waiter = HotPathRetryWaiter(permit: permit, context: retryContext, logger: logger) { [parking] delay, attempts, reason in
-                var pending = report
+                var pending = parkedReport
                 pending.attempts = UInt32(clamping: attempts)
                 let retry = PendingRetry(
                     request: apnsRequest, environment: stored.environment, report: pending, traceParent: request.traceParent,
