@@ -26,6 +26,7 @@ public final class Dispatcher: Sendable {
     private let engine = Mutex(EngineState())
     /// Notifications waiting in the process for an APNs retry (woken early to be parked).
     private let retryTimers = RetryTimers()
+    private let pendingRetriesGauge: Gauge
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -66,9 +67,15 @@ public final class Dispatcher: Sendable {
         }
     }
 
+    /// - Parameter metrics: where the engine's gauges are registered (`push_records_in_flight`,
+    ///   `push_uncommitted_records{partition}`, `push_pending_retries`); read at scrape time from the
+    ///   first dispatcher registered in that registry.
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
-                producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher")) {
+                producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher"),
+                metrics: MetricsRegistry = .shared) {
         self.configuration = configuration
+        self.pendingRetriesGauge = metrics.gauge(
+            "push_pending_retries", help: "Notifications parked in pending_retries (every replica's), as of the last scan.")
         self.store = store
         self.clock = clock
         self.logger = logger
@@ -79,6 +86,21 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications)
+        metrics.gaugeCallback(
+            "push_records_in_flight", help: "Records taken from Kafka and not finished (running, queued, held past the uncommitted cap)."
+        ) { [weak self] in
+            guard let self else { return [] }
+            return [MetricSample(value: Double(engine.withLock { $0.pending }))]
+        }
+        metrics.gaugeCallback(
+            "push_uncommitted_records", help: "Records in a partition's uncommitted span (taken, not yet in its finished prefix).",
+            labelNames: ["partition"]
+        ) { [weak self] in
+            guard let self else { return [] }
+            return engine.withLock { state in
+                state.slots.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value.scheduler.uncommitted)) }
+            }
+        }
     }
 
     /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
@@ -110,7 +132,8 @@ public final class Dispatcher: Sendable {
         let parkedRetries = ParkedRetryDriver(
             processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
             interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
-            maxInFlight: configuration.maxParkedInFlight, logger: logger)
+            maxInFlight: configuration.maxParkedInFlight, logger: logger
+        ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
         let redrive = Task { await parkedRetries.run() }
         await shutdown.wait()
         redrive.cancel()
