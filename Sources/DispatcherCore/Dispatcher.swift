@@ -267,7 +267,7 @@ public final class Dispatcher: Sendable {
     private func work(id: Int, _ first: [KafkaMessage], partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) async {
         var records = first
         while !records.isEmpty {
-            let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation)
+            let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation, consumer: consumer)
             let (next, flow, woken, wake) = engine.withLock { state -> ([KafkaMessage], PartitionScheduler.FlowChange?, [CheckedContinuation<Void, Never>], CheckedContinuation<Void, Never>?) in
                 guard state.slots[partition]?.generation == generation, var slot = state.slots.removeValue(forKey: partition) else {
                     state.workers[id] = nil
@@ -317,12 +317,17 @@ public final class Dispatcher: Sendable {
     /// retried past `stuckRecordThreshold` is logged once a minute.
     /// - Returns: whether the records finished; false when cancelled or abandoned because the process
     ///   is stopping (the records then stay unfinished and are never stored).
-    private func handleWithRetries(_ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int) async -> Bool {
+    private func handleWithRetries(
+        _ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer
+    ) async -> Bool {
         let shouldStop: @Sendable () -> Bool = { [engine = self] in engine.isAbandoned(partition, generation) }
+        let record = records[0]
         let retryContext = RetryContext(
             partition: partition, recordStartedAt: .now,
             uncommittedRecords: { [engine = self] in engine.uncommittedRecords(partition, generation) },
-            policy: configuration.retryParking, timers: retryTimers)
+            policy: configuration.retryParking, timers: retryTimers,
+            recordWaits: { [engine = self] in engine.recordWaits(record, partition: partition, generation: generation, consumer: consumer) },
+            recordResumes: { [engine = self] in engine.recordResumes(record, partition: partition, generation: generation) })
         var delay = configuration.initialRetryDelay
         let startedAt = ContinuousClock.now
         var lastStuckLog: ContinuousClock.Instant?
@@ -363,6 +368,24 @@ public final class Dispatcher: Sendable {
 
     /// Whether records of `partition` started under `generation` should stop: the process is stopping,
     /// or the partition was revoked or reset since.
+    /// A running send request only waits for APNs retries: its slot goes to the next records.
+    private func recordWaits(_ record: KafkaMessage, partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) {
+        engine.withLock { state in
+            guard state.slots[partition]?.generation == generation, var slot = state.slots.removeValue(forKey: partition) else { return }
+            let start = slot.scheduler.recordWaits(record)
+            state.slots[partition] = slot
+            for records in start { spawnWorker(records, partition: partition, generation: generation, consumer: consumer, state: &state) }
+        }
+    }
+
+    /// A waiting send request sends again: it takes its slot back.
+    private func recordResumes(_ record: KafkaMessage, partition: KafkaTopicPartition, generation: Int) {
+        engine.withLock { state in
+            guard state.slots[partition]?.generation == generation else { return }
+            state.slots[partition]?.scheduler.recordResumes(record)
+        }
+    }
+
     /// Records in the uncommitted span of `partition`; `Int.max` (park at once) when the partition
     /// was revoked or reset since `generation` started, or the process is stopping.
     private func uncommittedRecords(_ partition: KafkaTopicPartition, _ generation: Int) -> Int {

@@ -43,6 +43,10 @@ struct RetryContext: Sendable {
     var uncommittedRecords: @Sendable () -> Int
     var policy: RetryParkingPolicy
     var timers: RetryTimers
+    /// The record's notifications all wait: it gives its partition slot up.
+    var recordWaits: @Sendable () -> Void = {}
+    /// One of them sends again: it takes a slot back.
+    var recordResumes: @Sendable () -> Void = {}
 
     /// A context for work outside any partition (tests, tools): never parks, waits on timers.
     static func unbounded(timers: RetryTimers = RetryTimers()) -> RetryContext {
@@ -60,6 +64,7 @@ struct RetryContext: Sendable {
 struct HotPathRetryWaiter: APNsRetryWaiter {
     let permit: NotificationPermit
     let context: RetryContext
+    var activity: RecordActivity? = nil
     let logger: Logger
     /// Writes the `pending_retries` row: the delay still to wait, attempts so far, the reason.
     let park: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
@@ -71,7 +76,16 @@ struct HotPathRetryWaiter: APNsRetryWaiter {
         if decision == .waitOnTimer {
             permit.release()
             let start = ContinuousClock.now
-            if try await context.timers.sleep(for: delay, partition: context.partition) == .elapsed {
+            activity?.beginWait()
+            let wake: RetryTimers.Wake
+            do {
+                wake = try await context.timers.sleep(for: delay, partition: context.partition)
+            } catch {
+                activity?.endWait()
+                throw error
+            }
+            activity?.endWait()
+            if wake == .elapsed {
                 try await permit.acquire()
                 return
             }
@@ -112,6 +126,46 @@ extension APNsRetryReason {
         case .connectionFailure: "connection_failure"
         case .circuitOpen: "circuit_open"
         case .providerToken: "provider_token"
+        }
+    }
+}
+
+/// Whether a running request is only waiting: every notification it has in flight waits for an
+/// APNs retry and it starts no more. Then its record gives its partition slot up
+/// (`RetryContext.recordWaits`) until one of them sends again (`recordResumes`), so waiting
+/// requests never hold the partition's in-flight slots. Transitions are reported in order.
+final class RecordActivity: Sendable {
+    private struct State {
+        var inFlight = 0
+        var waiting = 0
+        var starting = true
+        var idle = false
+    }
+
+    private let state = Mutex(State())
+    private let context: RetryContext
+
+    init(_ context: RetryContext) { self.context = context }
+
+    /// A notification task started.
+    func notificationStarted() { update { $0.inFlight += 1 } }
+    /// A notification task ended (settled, parked or cancelled).
+    func notificationEnded() { update { $0.inFlight -= 1 } }
+    /// The request starts no more notifications.
+    func startingDone() { update { $0.starting = false } }
+    /// A notification begins waiting for a retry.
+    func beginWait() { update { $0.waiting += 1 } }
+    /// A notification's wait ended (to send again, or to be parked).
+    func endWait() { update { $0.waiting -= 1 } }
+
+    private func update(_ change: (inout State) -> Void) {
+        state.withLock { state in
+            change(&state)
+            let idle = !state.starting && state.inFlight > 0 && state.waiting == state.inFlight
+            guard idle != state.idle else { return }
+            state.idle = idle
+            // Called under this lock so that transitions reach the scheduler in order.
+            if idle { context.recordWaits() } else { context.recordResumes() }
         }
     }
 }

@@ -37,6 +37,9 @@ struct PartitionScheduler: Sendable {
     private var waitingBehindKeys = 0
     /// Records (parallel) or batches (ordered) running now.
     private(set) var running = 0
+    /// Running records whose every notification waits for an APNs retry: they hold no slot of
+    /// `maxInFlight` (`.parallel` only), so other records of the partition start meanwhile.
+    private var waitingOffsets: Set<Int64> = []
     /// Fetching is paused by this scheduler's decision.
     private(set) var paused = false
     /// No record starts any more (revoked, or the process is stopping).
@@ -60,7 +63,7 @@ struct PartitionScheduler: Sendable {
     var pending: Int {
         let heldCount = held.count - heldHead
         switch mode {
-        case .parallel: return running + (ready.count - readyHead) + waitingBehindKeys + heldCount
+        case .parallel: return running + waitingOffsets.count + (ready.count - readyHead) + waitingBehindKeys + heldCount
         case .ordered: return (ready.count - readyHead) + (running > 0 ? runningBatchCount : 0) + heldCount
         }
     }
@@ -188,10 +191,28 @@ struct PartitionScheduler: Sendable {
         release(records)
     }
 
+    /// A running record's notifications all wait for an APNs retry: it gives its slot up.
+    /// - Returns: records that may start in the freed slot (one worker each).
+    mutating func recordWaits(_ record: KafkaMessage) -> [[KafkaMessage]] {
+        guard case .parallel = mode, !waitingOffsets.contains(record.offset.rawValue) else { return [] }
+        waitingOffsets.insert(record.offset.rawValue)
+        running -= 1
+        return takeStartable()
+    }
+
+    /// A waiting record sends again: it takes a slot back at once, even past `maxInFlight` for a
+    /// moment (its notifications then queue for the process's notification budget).
+    mutating func recordResumes(_ record: KafkaMessage) {
+        guard waitingOffsets.remove(record.offset.rawValue) != nil else { return }
+        running += 1
+    }
+
     private mutating func release(_ records: [KafkaMessage]) -> [KafkaMessage] {
         switch mode {
         case .parallel(let maxInFlight):
-            running -= records.count
+            for record in records {
+                if waitingOffsets.remove(record.offset.rawValue) == nil { running -= 1 }
+            }
             for record in records {
                 guard let key = record.key, var waiting = behindKey[key] else { continue }
                 if waiting.isEmpty {

@@ -95,8 +95,11 @@ public final class SendRequestProcessor: Sendable {
         // Reports are produced as outcomes are recorded; their acknowledgements are awaited together
         // (with the RequestCompleted's) before the request counts as finished.
         let acks = Acknowledgements()
+        let activity = RecordActivity(retryContext)
+        defer { activity.startingDone() }
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
+            defer { activity.startingDone() }
             for target in targets {
                 // Stopping (shutdown, revocation): no new notification starts; those in flight finish
                 // and are recorded; the request stays unfinished and is read again.
@@ -119,8 +122,12 @@ public final class SendRequestProcessor: Sendable {
                     break
                 }
                 let earlier = recorded[token]
+                activity.notificationStarted()
                 group.addTask {
-                    defer { permit.release() }
+                    defer {
+                        permit.release()
+                        activity.notificationEnded()
+                    }
                     let outcome: DeliveryOutcome
                     if let earlier, let event = try? FeedbackEvent(protobufBytes: earlier.event),
                        case .deliveryReport(let report)? = event.event
@@ -134,7 +141,7 @@ public final class SendRequestProcessor: Sendable {
                     } else {
                         guard let report = try await self.deliver(
                             target, request: request, template: template, requestedAt: requestedAt, acks: acks,
-                            permit: permit, retryContext: retryContext)
+                            permit: permit, retryContext: retryContext, activity: activity)
                         else {
                             tally.countParked()
                             return
@@ -232,7 +239,8 @@ public final class SendRequestProcessor: Sendable {
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
     /// - Returns: the report, or nil when the notification was parked for a later retry.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
-                         acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext) async throws -> DeliveryReport? {
+                         acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext,
+                         activity: RecordActivity) async throws -> DeliveryReport? {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -265,7 +273,7 @@ public final class SendRequestProcessor: Sendable {
             report.sentAtMs = clock.nowMilliseconds()
             let deadline = sender.retryDeadline(for: apnsRequest)
             let parkedReport = report
-            let waiter = HotPathRetryWaiter(permit: permit, context: retryContext, logger: logger) { [parking] delay, attempts, reason in
+            let waiter = HotPathRetryWaiter(permit: permit, context: retryContext, activity: activity, logger: logger) { [parking] delay, attempts, reason in
                 var pending = parkedReport
                 pending.attempts = UInt32(clamping: attempts)
                 let retry = PendingRetry(

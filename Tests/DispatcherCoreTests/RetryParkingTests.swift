@@ -1,4 +1,5 @@
 import Kafka
+import Synchronization
 import Testing
 
 @testable import DispatcherCore
@@ -138,5 +139,67 @@ import Testing
         #expect(counts.failed == 2)
         #expect(counts.skipped == 1)
         #expect(counts.rejected == 3)
+    }
+}
+
+@Suite struct WaitingRecordSlotTests {
+    static func record(_ offset: Int64, key: String? = nil) -> KafkaMessage {
+        PartitionSchedulerTests.record(offset, key: key)
+    }
+
+    @Test func aRecordThatOnlyWaitsGivesItsSlotToTheNextRecord() {
+        var scheduler = PartitionScheduler(mode: .parallel(maxInFlight: 2), pauseThreshold: 1_000)
+        let a = scheduler.receive(Self.record(0, key: "a")), b = scheduler.receive(Self.record(1, key: "b"))
+        #expect(a.count == 1 && b.count == 1)
+        #expect(scheduler.receive(Self.record(2, key: "c")).isEmpty)
+        #expect(scheduler.receive(Self.record(3, key: "d")).isEmpty)
+        // Both running records wait for APNs retries: 2 and 3 start in their slots.
+        #expect(scheduler.recordWaits(Self.record(0, key: "a")).flatMap { $0 }.map(\.offset) == [2])
+        #expect(scheduler.recordWaits(Self.record(1, key: "b")).flatMap { $0 }.map(\.offset) == [3])
+        #expect(scheduler.recordWaits(Self.record(1, key: "b")).isEmpty)  // reported twice: no second slot
+        #expect(scheduler.pending == 4)
+        // 0 sends again (over the budget for a moment), then finishes; 1 finishes while waiting.
+        scheduler.recordResumes(Self.record(0, key: "a"))
+        #expect(scheduler.running == 3)
+        _ = scheduler.finish([Self.record(0, key: "a")])
+        _ = scheduler.finish([Self.record(1, key: "b")])
+        #expect(scheduler.running == 2)
+        _ = scheduler.finish([Self.record(2, key: "c")])
+        let last = scheduler.finish([Self.record(3, key: "d")])
+        #expect(last.store == 4)
+        #expect(scheduler.pending == 0 && scheduler.running == 0)
+    }
+
+    @Test func aWaitingRecordStillHoldsItsKey() {
+        var scheduler = PartitionScheduler(mode: .parallel(maxInFlight: 1), pauseThreshold: 1_000)
+        _ = scheduler.receive(Self.record(0, key: "same"))
+        #expect(scheduler.receive(Self.record(1, key: "same")).isEmpty)
+        #expect(scheduler.recordWaits(Self.record(0, key: "same")).isEmpty)  // its successor must wait for it
+        let done = scheduler.finish([Self.record(0, key: "same")])
+        #expect(done.next.map(\.offset) == [1])
+    }
+}
+
+@Suite struct RecordActivityTests {
+    @Test func aRequestWaitsOnlyWhenEveryNotificationInFlightWaitsAndNoneIsLeftToStart() {
+        let transitions = Mutex<[String]>([])
+        var context = RetryContext.unbounded()
+        context.recordWaits = { transitions.withLock { $0.append("waits") } }
+        context.recordResumes = { transitions.withLock { $0.append("resumes") } }
+        let activity = RecordActivity(context)
+        activity.notificationStarted()
+        activity.notificationStarted()
+        activity.beginWait()
+        activity.beginWait()  // both wait, but more may start: still busy
+        #expect(transitions.withLock { $0 }.isEmpty)
+        activity.startingDone()
+        #expect(transitions.withLock { $0 } == ["waits"])
+        activity.endWait()  // one sends again
+        #expect(transitions.withLock { $0 } == ["waits", "resumes"])
+        activity.notificationEnded()  // it settled; the other still waits
+        #expect(transitions.withLock { $0 } == ["waits", "resumes", "waits"])
+        activity.endWait()
+        activity.notificationEnded()
+        #expect(transitions.withLock { $0 } == ["waits", "resumes", "waits", "resumes"])
     }
 }
