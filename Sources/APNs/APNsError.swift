@@ -26,6 +26,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
             case missingCredentials
             case tooManyQueuedRequests
             case deliveryFailed
+            case retryHorizonExceeded
             case shutDown
         }
 
@@ -71,6 +72,10 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         /// No answer from APNs after the retries the rules allow (connection failures, timeouts);
         /// `cause` holds the last `HTTP2Error`, `attempts` how often the notification was sent.
         public static let deliveryFailed = Code(.deliveryFailed)
+        /// Transient failures (5xx answers, lost connections, timed-out streams, an open circuit
+        /// breaker) lasted past the notification's retry deadline (`APNsRetryHorizon`); `cause` holds
+        /// the last `HTTP2Error` if any, `attempts` how often the notification was sent.
+        public static let retryHorizonExceeded = Code(.retryHorizonExceeded)
         /// The client was shut down.
         public static let shutDown = Code(.shutDown)
 

@@ -31,6 +31,9 @@ public final class APNsProviderTokenCache: Sendable {
     private struct State {
         var current: APNsJWT?
         var invalidated = false
+        /// The current token was minted by ``renew(replacing:)`` (after APNs refused its predecessor).
+        var renewed = false
+        var mints = 0
     }
 
     /// Creates an empty cache; nothing is signed until ``currentToken()``.
@@ -86,9 +89,41 @@ public final class APNsProviderTokenCache: Sendable {
             let token = try APNsJWT(keyID: keyID, teamID: teamID, issuedAt: now, signingKey: signingKey)
             state.current = token
             state.invalidated = false
+            state.renewed = false
+            state.mints += 1
             return token
         }
     }
+
+    /// After APNs answered 403 `ExpiredProviderToken` to `rejected`: the token to retry with on a new
+    /// connection (docs/apns-client.md "Provider tokens").
+    ///
+    /// Single-flight per rejected token: the first caller mints a new token (a new `iat`, later than
+    /// `rejected`'s even within the same second); every other caller reporting the same `rejected`
+    /// gets that one. The 20-minute rule does not apply: it limits how often one connection changes
+    /// its token, and the retry goes out on a new connection. Returns nil, minting nothing, when
+    /// `rejected` was itself minted by a renewal: APNs refusing a fresh token as expired means a clock
+    /// or key problem that another token would not fix (a provider fault).
+    /// - Throws: `APNsError` `.signingFailed` when signing fails.
+    public func renew(replacing rejected: APNsJWT) throws(APNsError) -> APNsJWT? {
+        let now = clock.nowSeconds()
+        return try state.withLock { state throws(APNsError) -> APNsJWT? in
+            if let current = state.current, current != rejected {
+                // Renewed already (or refreshed on schedule) since `rejected` was handed out.
+                return current.issuedAt >= rejected.issuedAt ? current : nil
+            }
+            if state.renewed { return nil }
+            let token = try APNsJWT(keyID: keyID, teamID: teamID, issuedAt: max(now, rejected.issuedAt + 1), signingKey: signingKey)
+            state.current = token
+            state.invalidated = false
+            state.renewed = true
+            state.mints += 1
+            return token
+        }
+    }
+
+    /// Tokens minted so far (metric `push_apns_jwt_mints_total`).
+    public var mintCount: Int { state.withLock { $0.mints } }
 
     /// Marks `rejected` as refused by APNs with `ExpiredProviderToken`. If it is still the cached
     /// token, the next ``currentToken()`` mints a new one, but not before 20 minutes after `rejected`

@@ -46,8 +46,12 @@ import ServiceCore
 ///   → GOAWAY with `{"reason":…}` debug data (default `Shutdown`, NO_ERROR); returns the ids.
 /// - `POST /admin/connections/drop` with optional `{"environment","connection"}` → TCP close without
 ///   GOAWAY; returns the ids.
-/// - `GET /admin/clock` → `{"now_ms","manual"}`; `POST /admin/clock` with `{"advance_ms"}` or
-///   `{"set_ms"}` moves a `ManualWallClock` (409 with the system clock).
+/// - `GET /admin/clock` → `{"now_ms","manual","offset_ms"?}`; `POST /admin/clock` with `{"advance_ms"}` or
+///   `{"set_ms"}` moves a `ManualWallClock`, with `{"offset_ms"}` or `{"advance_ms"}` an
+///   `OffsetWallClock` (409 with the plain system clock).
+///
+/// Every answer carries a `date` header (IMF-fixdate) from the simulator's clock, as HTTP servers do
+/// (RFC 9110 §6.6.1); a provider can read the clock skew from it.
 public final class APNsSimulator: Sendable {
     /// The bound production port.
     public let productionPort: Int

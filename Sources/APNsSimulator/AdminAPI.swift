@@ -58,16 +58,22 @@ struct AdminAPI: Sendable {
                 }
                 return ok(["connections": targets.map { $0.connection.id }])
             case ("GET", "/admin/clock"):
-                return ok(["now_ms": state.clock.nowMilliseconds(), "manual": state.clock is ManualWallClock])
+                var object: [String: Any] = ["now_ms": state.clock.nowMilliseconds(), "manual": state.clock is ManualWallClock]
+                if let clock = state.clock as? OffsetWallClock { object["offset_ms"] = clock.offsetMilliseconds }
+                return ok(object)
             case ("POST", "/admin/clock"):
-                guard let clock = state.clock as? ManualWallClock else {
-                    return error(409, "the simulator runs on the system clock; only a ManualWallClock can be moved")
-                }
                 var reader = JSONReader(try body(request), path: "body")
-                if let set = try reader.int64("set_ms") { clock.set(milliseconds: set) }
-                if let advance = try reader.int64("advance_ms") { clock.advance(by: .milliseconds(advance)) }
+                if let clock = state.clock as? ManualWallClock {
+                    if let set = try reader.int64("set_ms") { clock.set(milliseconds: set) }
+                    if let advance = try reader.int64("advance_ms") { clock.advance(by: .milliseconds(advance)) }
+                } else if let clock = state.clock as? OffsetWallClock {
+                    if let offset = try reader.int64("offset_ms") { clock.setOffset(milliseconds: offset) }
+                    if let advance = try reader.int64("advance_ms") { clock.advance(milliseconds: advance) }
+                } else {
+                    return error(409, "the simulator runs on the system clock; start it with PUSH_SIM_CLOCK_OFFSET_MS (0 is fine) to move it")
+                }
                 try reader.finish()
-                return ok(["now_ms": clock.nowMilliseconds()])
+                return ok(["now_ms": state.clock.nowMilliseconds()])
             default:
                 return error(404, "no admin route \(request.method) \(route)")
             }

@@ -282,7 +282,7 @@ final class SimulatorState: Sendable {
         var rng = SplitMix64(seed: apnsIDSeed)
         let apnsID: String
         if let sent = fields.apnsID, APNsIDSyntax.isValid(sent) { apnsID = sent.lowercased() } else { apnsID = rng.uuidString() }
-        var headers = [HTTP2Header("apns-id", apnsID)]
+        var headers = [HTTP2Header("apns-id", apnsID), HTTP2Header("date", HTTPDate.format(secondsSinceEpoch: clock.nowSeconds()))]
         if environment == .sandbox { headers.append(HTTP2Header("apns-unique-id", rng.uuidString())) }
         let response: HTTP2ServerResponse
         let counter: String

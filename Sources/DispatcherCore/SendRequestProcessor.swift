@@ -351,6 +351,8 @@ public final class SendRequestProcessor: Sendable {
             return .providerTokenFault
         case .invalidRequest, .invalidDeviceToken, .payloadDoesNotMatchPushType, .topicDoesNotMatchPushType:
             return .invalidRequest
+        case .retryHorizonExceeded:
+            return .retryHorizonExceeded
         default:
             return .connectionError
         }

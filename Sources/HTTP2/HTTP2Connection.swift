@@ -150,8 +150,25 @@ public final class HTTP2Connection: Sendable {
         return max(0, maxConcurrentStreams - openStreams - queuedRequests)
     }
 
+    /// Time since the last frame (any type) arrived from the server; nil before the first one. A
+    /// connection with streams open that hears nothing for long is suspect: send a PING.
+    public var timeSinceLastFrame: Duration? {
+        let at = core.stats.lastFrameAt.load(ordering: .relaxed)
+        guard at > 0 else { return nil }
+        let now = monotonicNanos()
+        return .nanoseconds(Int64(now > at ? now - at : 0))
+    }
+
     /// False once GOAWAY was received or sent, or the connection closed.
     public var isUsable: Bool { core.stats.usable.load(ordering: .relaxed) }
+
+    /// Closes at once, without GOAWAY and without waiting for open streams: for a connection found
+    /// dead (an unanswered PING). Open streams fail with `.connectionClosed` (APNs may have processed
+    /// them), queued requests with `.goingAway` (never sent). Returns after the close was queued.
+    public func abort(reason: String) {
+        let core = self.core
+        core.loop.execute { core.abort(HTTP2Error(.connectionClosed, reason)) }
+    }
 
     /// Closes gracefully: fails queued requests with `.goingAway`, sends GOAWAY(NO_ERROR), lets open
     /// streams finish, then closes. Returns when closed.

@@ -7,7 +7,9 @@ import ServiceCore
 // PUSH_SIM_ADMIN_PORT (8081; 0 picks one), PUSH_SIM_TLS_CERT_FILE, PUSH_SIM_TLS_KEY_FILE (required),
 // PUSH_SIM_KEYS (KEYID:TEAMID:/path/pub.pem[:sandbox|:production],…), PUSH_SIM_CLIENT_CA_FILE (enables
 // certificate auth), PUSH_SIM_CONFIG_FILE (JSON: faults, tokens, unregistered), PUSH_SIM_RECORD_LIMIT
-// (10000), PUSH_SIM_EVENT_LOOPS (cores per listener), PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS (1).
+// (10000), PUSH_SIM_EVENT_LOOPS (cores per listener), PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS (1),
+// PUSH_SIM_CLOCK_OFFSET_MS (unset: the system clock; set: the system clock moved by this, movable through
+// POST /admin/clock {"offset_ms"|"advance_ms"}).
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "apns-simulator")
 do {
@@ -24,6 +26,9 @@ do {
     configuration.recordLimit = try env.int("PUSH_SIM_RECORD_LIMIT", default: 10_000)
     configuration.eventLoopCount = try env.int("PUSH_SIM_EVENT_LOOPS", default: configuration.eventLoopCount)
     configuration.initialMaxConcurrentStreams = UInt32(clamping: try env.int("PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS", default: 1))
+    if env.string("PUSH_SIM_CLOCK_OFFSET_MS") != nil {
+        configuration.clock = OffsetWallClock(offsetMilliseconds: Int64(try env.int("PUSH_SIM_CLOCK_OFFSET_MS", default: 0)))
+    }
     if let path = env.string("PUSH_SIM_CONFIG_FILE") { try configuration.apply(configFile: path) }
     let simulator = try APNsSimulator.start(configuration: configuration)
     logger.info("apns-simulator ready", [

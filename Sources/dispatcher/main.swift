@@ -74,7 +74,6 @@ do {
     apns.caFile = env.string("PUSH_APNS_CA_FILE")
     apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...Int.max)
     apns.requestTimeout = try env.milliseconds("PUSH_APNS_REQUEST_TIMEOUT_MS", default: apns.requestTimeout)
-    apns.retry.maxAttempts = try env.int("PUSH_APNS_MAX_ATTEMPTS", default: apns.retry.maxAttempts, in: 1...Int.max)
     apns.retryHorizon.absent = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_MS", default: apns.retryHorizon.absent)
     apns.retryHorizon.immediate = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS", default: apns.retryHorizon.immediate)
     if let cap = env.string("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION") {

@@ -14,43 +14,52 @@ import Testing
             for (index, reason) in APNsReason.documented.enumerated() {
                 harness.simulator.reset()
                 var configuration = harness.configuration()
-                configuration.retry.maxAttempts = 3
+                // Delays of 50–100 ms (jitter) within a 600 ms horizon: 7 to 13 attempts, more than
+                // the old attempt limit of 5: transient answers are retried until the horizon.
+                configuration.retry.backoff = .init(initial: .milliseconds(100), maximum: .milliseconds(100))
+                configuration.retry.providerTokenUpdateDelay = .milliseconds(100)
+                configuration.retry.tooManyRequestsDelay = .milliseconds(100)
                 let tokens = try harness.credentials.tokens(clock: harness.clock)
                 let client = APNsClient(configuration: configuration, tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical))
-                if reason == .expiredProviderToken {
-                    // A JWT at least 20 minutes old may be replaced (the cache's rule).
-                    #expect(try await client.send(alert(1000 + index), environment: .production).status == 200)
-                    harness.clock.advance(by: .seconds(25 * 60))
-                    harness.simulator.reset()
-                }
                 var faults = APNsSimulatorFaults()
                 faults.reasonShares = [reason: 1.0]
                 harness.simulator.setFaults(faults)
-
-                let response = try await client.send(alert(index), environment: .production)
+                let waiter = ClockAdvancingWaiter(clock: harness.clock)
+                let start = harness.clock.nowMilliseconds()
+                let response = try await client.send(alert(index), environment: .production, options: harness.options(waiter, horizon: .milliseconds(600)))
                 let records = harness.simulator.receivedRequests().filter { $0.path.hasSuffix(deviceToken(index).hex) }
                 #expect(response.reason == reason, "\(reason)")
                 #expect(response.status == reason.httpStatus)
                 #expect(response.action == reason.action, "\(reason)")
                 #expect(records.count == response.attempts, "\(reason)")
+                #expect(harness.clock.nowMilliseconds() - start <= 600, "\(reason): no attempt after the horizon")
                 let connections = Set(records.map(\.connectionID))
                 let jwts = records.map { $0.header("authorization") }
                 switch reason.action {
                 case .reject, .deactivateToken:
                     #expect(response.attempts == 1, "\(reason) must not be retried")
+                    #expect(waiter.waits.isEmpty)
                 case .retryWithBackoff, .backOffDeviceToken:
-                    #expect(response.attempts == 3, "\(reason) is retried up to maxAttempts")
+                    #expect(response.attempts >= 7, "\(reason) is retried until the horizon: \(response.attempts)")
+                    #expect(waiter.waits.count == response.attempts - 1)
+                    let expected: APNsRetryReason = reason == .tooManyRequests ? .tooManyRequests : .serverError(status: reason.httpStatus!)
+                    #expect(waiter.waits.allSatisfy { $0.reason == expected }, "\(reason)")
                 case .retryOnNewConnection:
-                    #expect(response.attempts == 3)
-                    #expect(connections.count == 3, "\(reason): each retry on a new connection")
+                    #expect(response.attempts >= 7)
+                    #expect(connections.count == response.attempts, "\(reason): each retry on a new connection")
                 case .refreshProviderTokenAndRetryOnce:
                     #expect(response.attempts == 2, "ExpiredProviderToken is retried once")
                     #expect(connections.count == 2, "on a new connection")
                     #expect(Set(jwts).count == 2, "with a new JWT")
+                    #expect(client.metrics["provider_token_faults_ExpiredProviderToken"] == 1, "a repeated ExpiredProviderToken is a provider fault")
                 case .retryAfterDelayKeepingJWT:
-                    #expect(response.attempts == 3)
+                    #expect(response.attempts >= 6)
                     #expect(Set(jwts).count == 1, "the JWT is kept")
-                    #expect(client.metrics["provider_token_updates_refused"] == 3, "alert metric")
+                    #expect(client.metrics["provider_token_updates_refused"] == response.attempts, "alert metric")
+                    #expect(waiter.waits.allSatisfy { $0.reason == .providerToken })
+                }
+                if reason == .invalidProviderToken {
+                    #expect(client.metrics["provider_token_faults_InvalidProviderToken"] == 1)
                 }
                 if reason.raisesAlert { #expect(client.metrics["alerts"] >= 1, "\(reason) raises an alert") }
                 await client.shutdown()
@@ -100,12 +109,31 @@ import Testing
             let soon = alert(1, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 1))
             let response = try await client.send(soon, environment: .production)
             #expect(response.status == 500 && response.attempts == 1, "a retry would land after the expiration")
-            configuration.retry.backoff = .init(initial: .milliseconds(5), maximum: .milliseconds(5))
-            configuration.retry.maxAttempts = 4
+
+            // apns-expiration in 10 s: retried (no attempt limit) until then, never after.
+            configuration.retry.backoff = .init(initial: .milliseconds(400), maximum: .seconds(1))
             let patient = try harness.tokenClient(configuration)
             defer { Task { await patient.shutdown() } }
-            let later = alert(2, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 3600))
-            #expect(try await patient.send(later, environment: .production).attempts == 4)
+            let waiter = ClockAdvancingWaiter(clock: harness.clock)
+            let expiration = harness.clock.nowSeconds() + 10
+            let later = alert(2, expiration: .at(secondsSinceEpoch: expiration))
+            let final = try await patient.send(later, environment: .production, options: APNsSendOptions(waiter: waiter))
+            #expect(final.status == 500 && final.attempts >= 10, "\(final.attempts) attempts")
+            let sent = harness.simulator.receivedRequests().filter { $0.path.hasSuffix(deviceToken(2).hex) }
+            #expect(sent.count == final.attempts)
+            #expect(sent.allSatisfy { $0.receivedAtMilliseconds <= expiration * 1000 })
+
+            // apns-expiration 0: the short horizon; absent: the long one (APNsRetryHorizon).
+            configuration.retryHorizon = APNsRetryHorizon(immediate: .seconds(3), absent: .seconds(20))
+            let horizons = try harness.tokenClient(configuration)
+            defer { Task { await horizons.shutdown() } }
+            for (index, expiration, horizon) in [(3, APNsExpiration.immediately, 3_000), (4, .omitted, 20_000)] as [(Int, APNsExpiration, Int64)] {
+                let waiter = ClockAdvancingWaiter(clock: harness.clock)
+                let start = harness.clock.nowMilliseconds()
+                let answer = try await horizons.send(alert(index, expiration: expiration), environment: .production, options: APNsSendOptions(waiter: waiter))
+                let waited = harness.clock.nowMilliseconds() - start
+                #expect(answer.status == 500 && waited <= horizon && waited >= horizon - 2_000, "\(expiration): waited \(waited) ms")
+            }
         }
     }
 

@@ -4,6 +4,7 @@ import Foundation
 import PushTestSupport
 import HTTP2
 import ServiceCore
+import Synchronization
 import Testing
 
 /// Runs a program to completion without blocking the cooperative pool (`PushTestSupport.runProgram`).
@@ -126,6 +127,9 @@ struct Harness: Sendable {
         configuration.retry.tooManyRequestsDelay = .milliseconds(20)
         configuration.retry.providerTokenUpdateDelay = .milliseconds(5)
         configuration.clock = clock
+        // The circuit breaker has tests of its own (CircuitBreakerClientTests); elsewhere one
+        // notification's repeated 5xx must not open it.
+        configuration.circuitBreaker.failureThreshold = 1_000_000
         return configuration
     }
 
@@ -185,5 +189,37 @@ func sendAll(_ client: APNsClient, _ requests: [APNsRequest], environment: APNsE
         var results = [Result<APNsResponse, any Error>?](repeating: nil, count: requests.count)
         for await (index, result) in group { results[index] = result }
         return results.map { $0! }
+    }
+}
+
+/// An `APNsRetryWaiter` that moves the test's manual clock by each delay instead of sleeping, and
+/// records the waits: retry horizons are tested in milliseconds of real time.
+final class ClockAdvancingWaiter: APNsRetryWaiter {
+    struct Wait: Sendable {
+        let delay: Duration
+        let attemptsSoFar: Int
+        let reason: APNsRetryReason
+    }
+
+    let clock: ManualWallClock
+    private let recorded = Mutex<[Wait]>([])
+
+    init(clock: ManualWallClock) {
+        self.clock = clock
+    }
+
+    func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
+        recorded.withLock { $0.append(Wait(delay: delay, attemptsSoFar: attemptsSoFar, reason: reason)) }
+        clock.advance(by: delay)
+    }
+
+    var waits: [Wait] { recorded.withLock { $0 } }
+}
+
+extension Harness {
+    /// Options whose retries end `horizon` after now on the harness clock, waiting through `waiter`.
+    func options(_ waiter: ClockAdvancingWaiter, horizon: Duration) -> APNsSendOptions {
+        let deadline = Date(timeIntervalSince1970: TimeInterval(clock.nowMilliseconds() + horizon.wholeMilliseconds) / 1000)
+        return APNsSendOptions(waiter: waiter, retryDeadline: deadline)
     }
 }

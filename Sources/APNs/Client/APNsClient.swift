@@ -94,8 +94,6 @@ public final class APNsClient: Sendable {
 
         /// Retry limits.
         public struct RetryPolicy: Sendable, Hashable {
-            /// Most attempts (sends APNs may have processed) per notification. Default 5.
-            public var maxAttempts: Int = 5
             /// Backoff after 500, 503 `ServiceUnavailable`, drops, resets and timeouts.
             /// Default 200 ms doubling to 30 s.
             public var backoff = Backoff(initial: .milliseconds(200), maximum: .seconds(30))
@@ -146,6 +144,8 @@ public final class APNsClient: Sendable {
         public var reconnectBackoff = Backoff(initial: .milliseconds(100), maximum: .seconds(30))
         /// Retry limits.
         public var retry = RetryPolicy()
+        /// The circuit breaker of each (credentials, environment) pool.
+        public var circuitBreaker = APNsCircuitBreaker.Policy()
         /// How long transient failures are retried (`PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS`,
         /// `PUSH_APNS_RETRY_HORIZON_MS`).
         public var retryHorizon = APNsRetryHorizon()
@@ -226,143 +226,286 @@ public final class APNsClient: Sendable {
 
     /// Sends one notification like ``send(_:environment:)``, with per-call options: who waits between
     /// attempts (``APNsSendOptions/waiter``) and until when retrying may go on
-    /// (``APNsSendOptions/retryDeadline``).
+    /// (``APNsSendOptions/retryDeadline``). The decisions are ``APNsRetryStateMachine``'s; this method
+    /// performs them (docs/apns-client.md).
     /// - Throws: as ``send(_:environment:)``, and whatever the waiter throws, unchanged.
     public func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsResponse {
         metrics.countRequest()
+        let pool = try pool(for: request, environment: environment)
         let deadline = options.retryDeadline ?? retryDeadline(for: request)
-        func pause(_ delay: Duration, _ attempts: Int, _ reason: APNsRetryReason) async throws {
+        var machine = APNsRetryStateMachine(
+            policy: .init(backoff: configuration.retry.backoff, tooManyRequestsDelay: configuration.retry.tooManyRequestsDelay,
+                          providerTokenUpdateDelay: configuration.retry.providerTokenUpdateDelay,
+                          maxUnprocessedResends: configuration.retry.maxUnprocessedResends),
+            deadlineMilliseconds: Int64((deadline.timeIntervalSince1970 * 1000).rounded(.down)))
+        let token = request.deviceToken.hex
+        var lastError: HTTP2Error?
+        // Apple's last answer: returned when retrying stops after a wait without one (an open
+        // circuit, a lost connection), so the caller still sees Apple's status and reason.
+        var lastResponse: APNsResponse?
+        var heldToken = false
+        // The longest an attempt may take: its request timeout plus setting up a connection.
+        let attemptBudget = configuration.requestTimeout + configuration.connectTimeout
+
+        func pause(_ delay: Duration, _ reason: APNsRetryReason) async throws {
+            if reason != .circuitOpen { metrics.increment("retries") }
+            metrics.increment("retries_\(reason.metricLabel)")
             if let waiter = options.waiter {
-                try await waiter.wait(delay, attemptsSoFar: attempts, reason: reason)
+                try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: reason)
             } else {
                 try await Task.sleep(for: delay)
             }
         }
-        func fits(after delay: Duration) -> Bool {
-            configuration.clock.nowMilliseconds() + delay.wholeMilliseconds <= Int64(deadline.timeIntervalSince1970 * 1000)
+        func gaveUp(_ why: APNsRetryStateMachine.Stop) throws -> APNsResponse {
+            if why == .retryHorizonExceeded, var response = lastResponse {
+                response.attempts = machine.attempts
+                response.unprocessedResends = machine.unprocessedResends
+                return response
+            }
+            throw stopError(why)
         }
-        let pool = try pool(for: request, environment: environment)
-        var attempts = 0
-        var resends = 0
-        var failures = 0
-        var refreshedProviderToken = false
-        var holdTokenAfterStrike = false
+        func stopError(_ why: APNsRetryStateMachine.Stop) -> APNsError {
+            let attempts = machine.attempts
+            switch why {
+            case .tooManyUnprocessedResends:
+                return APNsError(code: .deliveryFailed, message: "sent \(machine.unprocessedResends) times without APNs processing it", cause: lastError, attempts: attempts)
+            case .retryHorizonExceeded where machine.lastEventWasCircuitOpen || lastError == nil:
+                return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the circuit breaker held every send to \(pool.endpoint.host)", cause: lastError, attempts: attempts)
+            default:
+                return APNsError(code: .retryHorizonExceeded, message: "no answer from APNs before the retry deadline after \(attempts) attempts: \(lastError?.message ?? "no connection")", cause: lastError, attempts: attempts)
+            }
+        }
+
         while true {
-            try await waitForTokenHold(request.deviceToken.hex)
-            let connection: PooledConnection
-            do {
-                connection = try await pool.acquire()
-            } catch let error as HTTP2Error {
-                // No connection could be opened: nothing was sent; back off like a dropped connection.
-                failures += 1
-                let delay = configuration.retry.backoff.delay(afterFailures: failures)
-                guard fits(after: delay) else {
-                    throw APNsError(code: .deliveryFailed, message: "no connection to APNs: \(error.message)", cause: error, attempts: attempts)
-                }
-                try await pause(delay, attempts, .connectionFailure)
-                continue
-            }
-            let authorization: APNsJWT?
-            let authorizationValue: String?
-            let choice: APNsConnectionPool.ProviderTokenChoice
-            do {
-                choice = try pool.providerToken(for: connection)
-            } catch {
-                pool.release(connection, status: nil)
-                throw error
-            }
-            switch choice {
-            case .certificate:
-                authorization = nil
-                authorizationValue = nil
-            case .send(let jwt, let value):
-                authorization = jwt
-                authorizationValue = value
-            case .retireConnection:
-                pool.release(connection, status: nil)
-                pool.retire(connection, because: "its JWT can neither be kept nor changed yet")
-                continue
-            }
-            let http2Request = makeRequest(request, pool: pool, authorization: authorizationValue)
-            let raw: HTTP2Response
-            do {
-                raw = try await connection.connection.send(http2Request, timeout: configuration.requestTimeout)
-            } catch let error as HTTP2Error {
-                pool.release(connection, status: nil)
-                if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
-                if error.wasNotProcessed {
-                    // Not processed by APNs: resend elsewhere, not a failure (RFC 9113 §8.7).
-                    resends += 1
-                    metrics.increment("unprocessed_resends")
-                    if resends > configuration.retry.maxUnprocessedResends {
-                        throw APNsError(code: .deliveryFailed, message: "sent \(resends) times without APNs processing it", cause: error, attempts: attempts)
-                    }
-                    if error.code == .goingAway, connection.connection.isUsable == false { pool.retire(connection, because: "going away") }
+            if heldToken { try await waitForTokenHold(token) }
+            // The circuit breaker: while open nothing is sent, and waiting spends no attempt.
+            switch pool.admit() {
+            case .send, .trial: break
+            case .wait(let wait):
+                switch machine.handle(.circuitOpen(wait: wait), nowMilliseconds: configuration.clock.nowMilliseconds()) {
+                case .retry(let delay, _, _):
+                    try await pause(delay, .circuitOpen)
+                    continue
+                case .stop(let why):
+                    return try gaveUp(why)
+                case .delivered:
                     continue
                 }
-                attempts += 1
-                failures += 1
-                metrics.countAttempt(status: nil)
-                metrics.increment(error.code == .timeout ? "timeouts" : "connection_errors")
-                if error.code == .connectionClosed || error.code == .protocolError {
-                    pool.retire(connection, because: "request failed: \(error.code)")
-                }
-                guard error.isRetryable || error.code == .streamReset || error.code == .protocolError else {
-                    throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: attempts)
-                }
-                let delay = configuration.retry.backoff.delay(afterFailures: failures)
-                guard fits(after: delay) else {
-                    throw APNsError(code: .deliveryFailed, message: "no answer from APNs after \(attempts) attempts: \(error.message)", cause: error, attempts: attempts)
-                }
-                metrics.increment("retries")
-                try await pause(delay, attempts, error.code == .timeout ? .streamTimeout : .connectionFailure)
-                continue
-            } catch {
-                pool.release(connection, status: nil)
-                throw error
             }
-
-            attempts += 1
-            pool.release(connection, status: raw.status)
-            metrics.countAttempt(status: raw.status)
-            var response = APNsResponse(status: raw.status, headers: raw.headers, body: raw.body)
-            response.attempts = attempts
-            response.unprocessedResends = resends
-            if response.isSuccess {
-                if holdTokenAfterStrike { clearTokenHold(request.deviceToken.hex) }
+            let started = ContinuousClock.now
+            let event: APNsRetryStateMachine.Event
+            var answered: (response: APNsResponse, connection: PooledConnection, jwt: APNsJWT?)?
+            do {
+                let connection: PooledConnection
+                do {
+                    connection = try await pool.acquire(waitingAtMost: attemptBudget)
+                } catch let error as HTTP2Error {
+                    throw AttemptFailure.noConnection(error)
+                }
+                let choice: APNsConnectionPool.ProviderTokenChoice
+                do {
+                    choice = try pool.providerToken(for: connection)
+                } catch {
+                    pool.release(connection, status: nil)
+                    throw error
+                }
+                let jwt: APNsJWT?
+                let authorization: String?
+                switch choice {
+                case .certificate:
+                    (jwt, authorization) = (nil, nil)
+                case .send(let token, let value):
+                    (jwt, authorization) = (token, value)
+                case .retireConnection:
+                    pool.release(connection, status: nil)
+                    pool.retire(connection, because: "its JWT can neither be kept nor changed yet")
+                    continue
+                }
+                // What is left of the attempt's budget, but never less than the request timeout's
+                // share the connection's own queue may need.
+                let left = attemptBudget - started.duration(to: .now)
+                let timeout = max(min(configuration.requestTimeout, left), .milliseconds(1))
+                let raw: HTTP2Response
+                do {
+                    raw = try await connection.connection.send(makeRequest(request, pool: pool, authorization: authorization), timeout: timeout)
+                } catch let error as HTTP2Error {
+                    pool.release(connection, status: nil)
+                    throw AttemptFailure.sent(error, connection)
+                } catch {
+                    pool.release(connection, status: nil)
+                    throw error
+                }
+                pool.release(connection, status: raw.status)
+                var response = APNsResponse(status: raw.status, headers: raw.headers, body: raw.body)
+                response.attempts = machine.attempts + 1
+                response.unprocessedResends = machine.unprocessedResends
+                answered = (response, connection, jwt)
+                lastResponse = response
+                event = .response(status: response.status, reason: response.reason)
+            } catch AttemptFailure.noConnection(let error) {
+                if Task.isCancelled { throw CancellationError() }
+                lastError = error
+                pool.recordFailure(on: nil)
+                metrics.increment("no_connection")
+                event = .noConnection
+            } catch AttemptFailure.sent(let error, let connection) {
+                if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
+                if error.wasNotProcessed {
+                    // Not processed by APNs: sent again at once elsewhere, not a failure (RFC 9113 §8.7).
+                    metrics.increment("unprocessed_resends")
+                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, because: "going away") }
+                    event = .notProcessed
+                } else if error.code == .timeout {
+                    lastError = error
+                    metrics.countAttempt(status: nil)
+                    metrics.increment("timeouts")
+                    pool.recordFailure(on: connection)
+                    pool.streamTimedOut(on: connection)
+                    event = .streamTimeout
+                } else if error.code == .connectionClosed || error.code == .protocolError || error.code == .streamReset {
+                    lastError = error
+                    metrics.countAttempt(status: nil)
+                    metrics.increment("connection_errors")
+                    pool.recordFailure(on: connection)
+                    if error.code != .streamReset { pool.retire(connection, because: "request failed: \(error.code)") }
+                    event = .connectionLost
+                } else {
+                    throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: machine.attempts)
+                }
+            }
+            if let answered {
+                metrics.countAttempt(status: answered.response.status)
+                if answered.response.status >= 500 { pool.recordFailure(on: answered.connection) } else { pool.recordAnswer() }
+                if !answered.response.isSuccess { record(answered.response) }
+            }
+            let action = machine.handle(event, nowMilliseconds: configuration.clock.nowMilliseconds())
+            switch action {
+            case .delivered:
+                if heldToken { clearTokenHold(token) }
+                var response = answered!.response
+                response.attempts = machine.attempts
                 return response
-            }
-            record(response)
-            if response.hasUnknownReason { return response }
-            let delay: Duration
-            switch response.action {
-            case .deactivateToken, .reject:
+            case .stop(let why):
+                guard var response = answered?.response else { return try gaveUp(why) }
+                response.attempts = machine.attempts
+                if why == .providerTokenFault, let reason = response.reason {
+                    providerTokenFault(reason, response: response, jwt: answered?.jwt, pool: pool)
+                }
                 return response
-            case .retryWithBackoff:
-                failures += 1
-                delay = configuration.retry.backoff.delay(afterFailures: failures)
-            case .retryOnNewConnection:
-                pool.retire(connection, because: "APNs answered \(response.status) \(response.reason?.rawValue ?? "")")
-                delay = .zero
-            case .refreshProviderTokenAndRetryOnce:
-                guard !refreshedProviderToken, let cache = pool.credentials.providerTokens else { return response }
-                refreshedProviderToken = true
-                if let authorization { cache.invalidate(authorization) }
-                pool.retire(connection, because: "ExpiredProviderToken")
-                delay = .zero
-            case .retryAfterDelayKeepingJWT:
-                delay = configuration.retry.providerTokenUpdateDelay
-            case .backOffDeviceToken:
-                holdTokenAfterStrike = true
-                delay = holdToken(request.deviceToken.hex)
-            }
-            guard fits(after: delay) else { return response }
-            metrics.increment("retries")
-            if delay > .zero, response.action != .backOffDeviceToken {
-                try await pause(delay, attempts, response.action == .retryAfterDelayKeepingJWT ? .providerToken : .serverError(status: response.status))
+            case .retry(let delay, let reason, let change):
+                switch change {
+                case .none:
+                    break
+                case .retire:
+                    if let answered {
+                        pool.retire(answered.connection, because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
+                    }
+                case .retireAndRenewProviderToken:
+                    guard let answered, let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
+                          renewProviderToken(rejected, cache: cache, response: answered.response, pool: pool)
+                    else {
+                        var response = answered!.response
+                        response.attempts = machine.attempts
+                        return response
+                    }
+                }
+                if case .response(429, .tooManyRequests?) = event {
+                    heldToken = true
+                    holdToken(token, for: delay)
+                    metrics.increment("retries")
+                    metrics.increment("retries_\(APNsRetryReason.tooManyRequests.metricLabel)")
+                    if let waiter = options.waiter {
+                        try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: .tooManyRequests)
+                    }
+                    continue
+                }
+                if let reason, delay > .zero {
+                    try await pause(delay, reason)
+                } else {
+                    metrics.increment("retries")
+                }
             }
         }
     }
+
+    /// How one attempt failed before an answer.
+    private enum AttemptFailure: Error {
+        /// No connection (or no free stream) within the attempt's budget: nothing was sent.
+        case noConnection(HTTP2Error)
+        /// The stream on `connection` failed.
+        case sent(HTTP2Error, PooledConnection)
+    }
+
+    /// After 403 `ExpiredProviderToken`: mints (single-flight) the token the retry carries and retires
+    /// the connections sending the refused one. False when renewing cannot help (the server's clock is
+    /// so far ahead that a fresh token looks expired too, or a renewed token was refused already):
+    /// a provider fault, reported by the caller's stop.
+    private func renewProviderToken(_ rejected: APNsJWT, cache: APNsProviderTokenCache, response: APNsResponse, pool: APNsConnectionPool) -> Bool {
+        if let date = response.date, date - cache.nowSeconds >= Self.futileSkewSeconds {
+            providerTokenFault(.expiredProviderToken, response: response, jwt: rejected, pool: pool)
+            return false
+        }
+        let before = cache.mintCount
+        guard let renewed = (try? cache.renew(replacing: rejected)) ?? nil else {
+            providerTokenFault(.expiredProviderToken, response: response, jwt: rejected, pool: pool)
+            return false
+        }
+        if cache.mintCount != before {
+            metrics.increment("jwt_renewals")
+            logger.warning("APNs answered ExpiredProviderToken: a new JWT was minted for new connections", [
+                "key_id": cache.keyID, "team_id": cache.teamID, "rejected_iat": "\(rejected.issuedAt)", "new_iat": "\(renewed.issuedAt)",
+            ])
+        }
+        pool.retireConnections(using: rejected)
+        return true
+    }
+
+    /// A server clock this far ahead of ours (seconds) makes even a fresh JWT look expired: 55 minutes.
+    static let futileSkewSeconds: Int64 = 55 * 60
+
+    /// Counts a provider-token fault and logs it at most once a minute per reason with its likely cause.
+    private func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
+        metrics.increment("provider_token_faults_\(reason.rawValue)")
+        let nowSeconds = configuration.clock.nowSeconds()
+        let skew = response.date.map { $0 - nowSeconds }
+        guard providerTokenFaultLog.withLock({ $0.shouldLog(reason.rawValue, nowSeconds: nowSeconds) }) else { return }
+        var fields = ["reason": reason.rawValue, "status": "\(response.status)", "pool": "\(pool.credentials.label)/\(pool.environment)"]
+        if let cache = pool.credentials.providerTokens {
+            fields["key_id"] = cache.keyID
+            fields["team_id"] = cache.teamID
+        }
+        if let jwt { fields["jwt_iat"] = "\(jwt.issuedAt)" }
+        if let skew { fields["server_clock_skew_s"] = "\(skew)" }
+        logger.error("APNs refused our provider token: \(Self.likelyCause(reason, skewSeconds: skew)); device tokens are untouched", fields)
+    }
+
+    /// The likely cause of a provider-token fault, for the operator (docs/apns-client.md "Provider tokens").
+    static func likelyCause(_ reason: APNsReason, skewSeconds skew: Int64?) -> String {
+        let clock: String
+        if let skew, abs(skew) >= 60 {
+            clock = "the server's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") ours (its date header): fix the clock (NTP)"
+        } else if skew != nil {
+            clock = "the clocks agree within a minute (date header)"
+        } else {
+            clock = "no date header to compare clocks"
+        }
+        switch reason {
+        case .expiredProviderToken:
+            return "a freshly minted JWT was refused as expired, so its iat looks over an hour old to APNs; \(clock)"
+        case .invalidProviderToken:
+            return "the JWT does not verify: a wrong key id (kid) or team id (iss) for this .p8 key, a revoked key, or an iat far off; \(clock)"
+        case .tooManyProviderTokenUpdates:
+            return "a connection changed its JWT more than once in 20 minutes (the JWT is kept; retried later)"
+        case .missingProviderToken:
+            return "no authorization header was sent on a token-auth connection"
+        case .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            return "the key does not belong to this connection's team or environment"
+        default:
+            return "the provider credentials were refused (\(reason.rawValue))"
+        }
+    }
+
+    private let providerTokenFaultLog = Mutex(RateLimitedLog(interval: 60))
 
     /// Closes every pool: waiting callers fail with `.shutDown`, open streams finish.
     public func shutdown() async {
@@ -445,19 +588,17 @@ public final class APNsClient: Sendable {
 
     // MARK: Per-device-token hold (429 TooManyRequests)
 
-    /// Records a strike against `token` and returns how long its sends are held back.
-    private func holdToken(_ token: String) -> Duration {
+    /// Holds back every send to `token` for `delay` (429 `TooManyRequests`: Apple throttles the
+    /// device token, not the provider).
+    private func holdToken(_ token: String, for delay: Duration) {
         tokenHolds.withLock { holds in
             let now = ContinuousClock.now
             if holds.count > 10_000 { holds = holds.filter { $0.value.until > now } }
             defer { tokenHoldCount.store(holds.count, ordering: .relaxed) }
             var hold = holds[token] ?? TokenHold(until: now, strikes: 0)
             hold.strikes += 1
-            let base = configuration.retry.tooManyRequestsDelay * (1 << min(hold.strikes - 1, 20))
-            let delay = min(base, max(configuration.retry.backoff.maximum, configuration.retry.tooManyRequestsDelay)) * Double.random(in: 0.75...1.0)
             hold.until = max(hold.until, now + delay)
             holds[token] = hold
-            return now.duration(to: hold.until)
         }
     }
 

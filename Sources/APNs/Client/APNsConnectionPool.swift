@@ -28,6 +28,8 @@ final class PooledConnection: @unchecked Sendable {
     var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
     var pinging = false
+    /// A stream timed out here: no new streams until a PING proves the connection alive.
+    var suspect = false
     /// Per-connection rate cap (token bucket): requests that may start now, and when it was filled.
     var rateTokens: Double = 1
     var rateFilledAt: ContinuousClock.Instant = .now
@@ -44,7 +46,7 @@ final class PooledConnection: @unchecked Sendable {
     /// Streams the pool may have open on this connection now: the server's current
     /// SETTINGS_MAX_CONCURRENT_STREAMS (1 before the first success with token auth), capped.
     func capacity(cap: Int?) -> Int {
-        guard !retired, connection.isUsable else { return 0 }
+        guard !retired, !suspect, connection.isUsable else { return 0 }
         var limit = connection.maxConcurrentStreams
         if !trusted { limit = min(limit, 1) }
         if let cap { limit = min(limit, cap) }
@@ -150,6 +152,9 @@ final class APNsConnectionPool: Sendable {
         self.metrics = metrics
         self.logger = logger.with(["pool": "\(credentials.label)/\(environment)"])
         self.state = Mutex(State(slots: Array(repeating: nil, count: max(1, configuration.connectionsPerPool))))
+        var policy = configuration.circuitBreaker
+        policy.minimumConnections = min(policy.minimumConnections, max(1, configuration.connectionsPerPool))
+        self.breaker = Mutex(APNsCircuitBreaker(policy: policy))
     }
 
     private var streamCap: Int? { configuration.maxStreamsPerConnection }
@@ -162,7 +167,7 @@ final class APNsConnectionPool: Sendable {
     /// - Throws: `APNsError` `.tooManyQueuedRequests` when `maxQueuedRequests` callers already wait,
     ///   `.shutDown` after ``shutdown()``; `HTTP2Error` `.connectFailed` when no connection could be
     ///   opened; `CancellationError`.
-    func acquire() async throws -> PooledConnection {
+    func acquire(waitingAtMost limit: Duration) async throws -> PooledConnection {
         startIfNeeded()
         let cap = streamCap
         let rate = rateCap
@@ -179,7 +184,16 @@ final class APNsConnectionPool: Sendable {
             state.nextWaiterID += 1
             return state.nextWaiterID
         }
-        let limit = configuration.maxQueuedRequests
+        let queueLimit = configuration.maxQueuedRequests
+        // A waiter that no stream reaches in time (every connection dead, opening or suspect) gives
+        // up: its attempt must end within the request timeout plus connection set-up.
+        let timer = Task { [self] in
+            try await Task.sleep(for: limit)
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume(throwing: HTTP2Error(
+                .connectFailed, "no stream to \(endpoint.host):\(endpoint.port) came free within \(limit.wholeMilliseconds) ms"))
+        }
+        defer { timer.cancel() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PooledConnection, any Error>) in
                 let outcome: Result<PooledConnection, any Error>? = state.withLock { state in
@@ -189,7 +203,7 @@ final class APNsConnectionPool: Sendable {
                         connection.inFlight += 1
                         return .success(connection)
                     }
-                    if state.waiting >= limit {
+                    if state.waiting >= queueLimit {
                         return .failure(APNsError(code: .tooManyQueuedRequests, message: "\(state.waiting) requests already wait for a stream to \(endpoint.host) (maxQueuedRequests)"))
                     }
                     state.waiters[id] = Waiter(continuation: continuation)
@@ -259,6 +273,75 @@ final class APNsConnectionPool: Sendable {
         }
         connection.ended.fire()
     }
+
+    /// Retires every connection that sends `jwt` (APNs refused it as expired): the retry goes out on
+    /// a new connection with the renewed token.
+    func retireConnections(using jwt: APNsJWT) {
+        let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.jwt == jwt && !$0.retired } }
+        for connection in using { retire(connection, because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
+    }
+
+    /// A stream on `connection` got no answer within the request timeout: the connection takes no new
+    /// streams until a PING proves it alive, and is closed when the PING is not answered in time.
+    func streamTimedOut(on connection: PooledConnection) {
+        let ping = state.withLock { _ -> Bool in
+            guard !connection.retired else { return false }
+            connection.suspect = true
+            guard !connection.pinging else { return false }
+            connection.pinging = true
+            return true
+        }
+        if ping { Task { await self.ping(connection) } }
+    }
+
+    // MARK: Circuit breaker
+
+    private let breaker: Mutex<APNsCircuitBreaker>
+
+    /// Whether a send may go now (see `APNsCircuitBreaker`).
+    func admit() -> APNsCircuitBreaker.Admission {
+        let (admission, transition) = breaker.withLock { $0.admit(nowMilliseconds: Self.monotonicMilliseconds(), random: Double.random(in: 0...1)) }
+        if let transition { report(transition) }
+        return admission
+    }
+
+    /// APNs answered below 500.
+    func recordAnswer() {
+        guard let transition = breaker.withLock({ $0.recordSuccess(nowMilliseconds: Self.monotonicMilliseconds()) }) else { return }
+        report(transition)
+    }
+
+    private let connectFailureIDs = Atomic<Int>(0)
+
+    /// A 5xx answer, a lost connection or a timed-out stream on `connection`; nil: no connection could be had.
+    func recordFailure(on connection: PooledConnection?) {
+        let id = connection?.id ?? -(connectFailureIDs.add(1, ordering: .relaxed).newValue)
+        guard let transition = breaker.withLock({ $0.recordFailure(connection: id, nowMilliseconds: Self.monotonicMilliseconds()) }) else { return }
+        report(transition)
+    }
+
+    /// The breaker's state (metric `push_apns_circuit_state`).
+    var circuitState: APNsCircuitBreaker.State { breaker.withLock { $0.state } }
+
+    private func report(_ transition: APNsCircuitBreaker.Transition) {
+        metrics.set("circuit_state_\(environment)", transition.to.rawValue)
+        metrics.increment("circuit_\(transition.to)")
+        switch transition.to {
+        case .open:
+            logger.warning("APNs circuit breaker open: APNs fails on every connection; nothing is sent until one notification is let through", [
+                "from": "\(transition.from)", "open_ms": "\(transition.openFor?.wholeMilliseconds ?? 0)",
+            ])
+        case .halfOpen:
+            logger.info("APNs circuit breaker half-open: letting one queued notification through", [:])
+        case .closed:
+            logger.info("APNs circuit breaker closed: sending ramps up again", ["from": "\(transition.from)"])
+        }
+    }
+
+    private static let origin = ContinuousClock.now
+
+    /// Milliseconds on the continuous clock since an arbitrary origin (the breaker's time base).
+    static func monotonicMilliseconds() -> Int64 { origin.duration(to: .now).wholeMilliseconds }
 
     // MARK: Provider tokens per connection
 
@@ -460,8 +543,17 @@ final class APNsConnectionPool: Sendable {
             let idle = state.withLock { state -> [PooledConnection] in
                 let now = ContinuousClock.now
                 var due: [PooledConnection] = []
-                for case let connection? in state.slots where !connection.retired && !connection.pinging && connection.inFlight == 0 {
-                    if connection.lastActivity.duration(to: now) >= configuration.idlePingInterval {
+                for case let connection? in state.slots where !connection.retired && !connection.pinging {
+                    let due_: Bool
+                    if connection.inFlight == 0 {
+                        // Idle: a PING after `idlePingInterval` without traffic.
+                        due_ = connection.lastActivity.duration(to: now) >= configuration.idlePingInterval
+                    } else {
+                        // Streams open but nothing heard for `pingTimeout`: is anyone there?
+                        due_ = (connection.connection.timeSinceLastFrame ?? .zero) >= configuration.pingTimeout
+                            && connection.lastActivity.duration(to: now) >= configuration.pingTimeout
+                    }
+                    if due_ {
                         connection.pinging = true
                         due.append(connection)
                     }
@@ -480,15 +572,20 @@ final class APNsConnectionPool: Sendable {
         let answered = await Self.race(timeout: configuration.pingTimeout) {
             (try? await connection.connection.ping()) != nil
         }
-        state.withLock { _ in
+        let wasSuspect = state.withLock { _ -> Bool in
             connection.pinging = false
+            defer { connection.suspect = false }
             if answered { connection.lastActivity = .now }
+            return connection.suspect
         }
-        if !answered {
-            metrics.increment("ping_failures")
-            retire(connection, because: "PING not answered within \(configuration.pingTimeout)")
-            await connection.connection.close()
+        if answered {
+            if wasSuspect { dispatch() }
+            return
         }
+        metrics.increment("ping_failures")
+        retire(connection, because: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
+        // Dead: close at once so that its open streams fail now and are sent again elsewhere.
+        connection.connection.abort(reason: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
     }
 
     /// `body`'s result, or false when `timeout` passes first (the body keeps running on its own).

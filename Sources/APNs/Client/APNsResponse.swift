@@ -12,6 +12,9 @@ public struct APNsResponse: Sendable, Hashable {
     public var reason: APNsReason?
     /// For 410: when Apple confirmed the token invalid, ms since the UNIX epoch.
     public var timestampMilliseconds: Int64?
+    /// The `date` header (RFC 9110 §6.6.1, IMF-fixdate) in seconds since the UNIX epoch, when present
+    /// and well-formed: the server's clock, used to tell clock skew behind provider-token faults.
+    public var date: Int64?
     /// How many times `APNsClient` sent the notification to get this answer (1 when the first try
     /// was final). Streams APNs provably did not process (above a GOAWAY's last-stream-id, or
     /// refused) are not attempts; they are counted in ``unprocessedResends``.
@@ -39,6 +42,7 @@ public struct APNsResponse: Sendable, Hashable {
         self.status = status
         self.apnsID = headers.first("apns-id")
         self.apnsUniqueID = headers.first("apns-unique-id")
+        if status != 200, let text = headers.first("date") { self.date = HTTPDate.parse(text) }
         if status != 200, !body.isEmpty {
             let error = APNsErrorResponse(parsing: body)
             self.reason = error.reason

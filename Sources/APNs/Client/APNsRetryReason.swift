@@ -17,3 +17,18 @@ public enum APNsRetryReason: Sendable, Hashable {
     /// 429 `TooManyProviderTokenUpdates` (a provider fault: the JWT is kept and the send retried later).
     case providerToken
 }
+
+extension APNsRetryReason {
+    /// The `reason` label of `push_apns_retries_total`: `too_many_requests`, `server_error`,
+    /// `stream_timeout`, `connection_failure`, `circuit_open`, `provider_token`.
+    public var metricLabel: String {
+        switch self {
+        case .tooManyRequests: "too_many_requests"
+        case .serverError: "server_error"
+        case .streamTimeout: "stream_timeout"
+        case .connectionFailure: "connection_failure"
+        case .circuitOpen: "circuit_open"
+        case .providerToken: "provider_token"
+        }
+    }
+}

@@ -51,6 +51,8 @@ final class ClientStats: Sendable {
     let queuedRequests = Atomic<Int>(0)
     let maxConcurrentStreams = Atomic<Int>(100)
     let usable = Atomic<Bool>(false)
+    /// `monotonicNanos()` when the last frame arrived (0: none yet).
+    let lastFrameAt = Atomic<UInt64>(0)
 }
 
 /// The client half of one connection.
@@ -157,7 +159,8 @@ final class ClientCore: SessionCore, @unchecked Sendable {
             stream.finish(.failure(HTTP2Error(failure.code == .connectionClosed ? .connectionClosed : failure.code,
                                               "connection closed with the request in flight: \(failure.message)")))
         }
-        failQueue(HTTP2Error(.connectionClosed, "connection closed before the request was sent: \(failure.message)"))
+        // Never handed to nghttp2, so never on the wire: safe to send elsewhere (not processed).
+        failQueue(HTTP2Error(.goingAway, "connection closed before the request was sent: \(failure.message)"))
         for (_, ping) in pings { ping.continuation.resume(throwing: failure) }
         pings.removeAll()
         stats.openStreams.store(0, ordering: .relaxed)
@@ -271,8 +274,8 @@ final class ClientCore: SessionCore, @unchecked Sendable {
         }
         let id = nextPingID
         nextPingID += 1
-        var opaque = id.bigEndian
-        let rc = withUnsafeBytes(of: &opaque) { nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), $0.baseAddress?.assumingMemoryBound(to: UInt8.self)) }
+        let opaque = pingOpaqueData(id)
+        let rc = opaque.withUnsafeBufferPointer { nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), $0.baseAddress) }
         guard rc == 0 else {
             continuation.resume(throwing: HTTP2Error(.internalError, "nghttp2_submit_ping failed"))
             return
@@ -302,6 +305,11 @@ final class ClientCore: SessionCore, @unchecked Sendable {
 
     func closeNow() {
         closeConnection(nil, graceful: false)
+    }
+
+    /// Closes at once (no GOAWAY, no waiting for streams): open streams fail with `error`'s code.
+    func abort(_ error: HTTP2Error) {
+        closeConnection(error, graceful: false)
     }
 
     // MARK: Callback entry points
@@ -374,8 +382,7 @@ final class ClientCore: SessionCore, @unchecked Sendable {
     }
 
     fileprivate func pingAck(_ frame: UnsafePointer<nghttp2_frame>) {
-        var opaque = frame.pointee.ping.opaque_data
-        let id = withUnsafeBytes(of: &opaque) { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) }
+        let id = pingID(opaqueData: frame.pointee.ping.opaque_data)
         guard let entry = pings.removeValue(forKey: id) else { return }
         entry.continuation.resume(returning: .nanoseconds(Int64(monotonicNanos() - entry.start)))
     }
@@ -383,6 +390,22 @@ final class ClientCore: SessionCore, @unchecked Sendable {
     fileprivate func responseEnded(_ stream: ClientStream) {
         stream.finish(.success(HTTP2Response(status: stream.status, headers: stream.headers, body: stream.body, trailers: stream.trailers, streamID: stream.streamID)))
     }
+}
+
+/// The 8 bytes of PING opaque data (RFC 9113 §6.7) carrying `id`, big-endian.
+func pingOpaqueData(_ id: UInt64) -> [UInt8] {
+    (0..<8).map { UInt8(truncatingIfNeeded: id >> (56 - 8 * UInt64($0))) }
+}
+
+/// The id in a PING ACK's opaque data, read byte by byte from the imported C array (a tuple).
+///
+/// Not through `withUnsafeBytes(of:)` and `loadUnaligned`: with that, release builds (Swift 6.3,
+/// `-O`) dropped the read entirely (the frame became a dead argument and the dictionary look-up used
+/// an undefined key), so no ACK ever matched and every idle connection's PING "timed out".
+func pingID(opaqueData o: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8)) -> UInt64 {
+    var id = UInt64(o.0) << 56 | UInt64(o.1) << 48 | UInt64(o.2) << 40 | UInt64(o.3) << 32
+    id |= UInt64(o.4) << 24 | UInt64(o.5) << 16 | UInt64(o.6) << 8 | UInt64(o.7)
+    return id
 }
 
 @inline(__always)
@@ -430,6 +453,7 @@ private func clientOnDataChunk(
 private func clientOnFrameRecv(_ session: OpaquePointer?, _ frame: UnsafePointer<nghttp2_frame>?, _ userData: UnsafeMutableRawPointer?) -> Int32 {
     let connection = core(userData)
     guard let frame, connection.phase == .open else { return failure }
+    connection.stats.lastFrameAt.store(monotonicNanos(), ordering: .relaxed)
     let type = UInt32(frame.pointee.hd.type)
     let flags = UInt32(frame.pointee.hd.flags)
     switch type {
