@@ -95,13 +95,13 @@ struct HotPathRetryWaiter: APNsRetryWaiter {
         do {
             try await park(remaining, attemptsSoFar, reason)
         } catch {
-            logger.warning("parking a retry failed: waiting on a timer instead", ["error": "\(error)", "reason": reason.label])
+            logger.warning("parking a retry failed: waiting on a timer instead", ["error": "\(error)", "reason": reason.metricLabel])
             permit.release()
             try await Task.sleep(for: remaining)
             try await permit.acquire()
             return
         }
-        if case .park(let why) = decision { throw RetryParked(reason: "\(why.rawValue), \(reason.label)") }
+        if case .park(let why) = decision { throw RetryParked(reason: "\(why.rawValue), \(reason.metricLabel)") }
     }
 }
 
@@ -112,21 +112,7 @@ struct ParkedRetryWaiter: APNsRetryWaiter {
 
     func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
         try await reschedule(delay, attemptsSoFar, reason)
-        throw RetryParked(reason: "rescheduled, \(reason.label)")
-    }
-}
-
-extension APNsRetryReason {
-    /// A short label for logs and the `last_reason` column.
-    var label: String {
-        switch self {
-        case .tooManyRequests: "too_many_requests"
-        case .serverError(let status): "server_error_\(status)"
-        case .streamTimeout: "stream_timeout"
-        case .connectionFailure: "connection_failure"
-        case .circuitOpen: "circuit_open"
-        case .providerToken: "provider_token"
-        }
+        throw RetryParked(reason: "rescheduled, \(reason.metricLabel)")
     }
 }
 

@@ -45,7 +45,7 @@ extension SendRequestProcessor {
             report.completedAtMs = clock.nowMilliseconds()
         } else {
             let waiter = ParkedRetryWaiter { [parking] delay, attempts, reason in
-                try await parking.reschedule(retry, owner: owner, delay: delay, addingAttempts: attempts, reason: reason.label)
+                try await parking.reschedule(retry, owner: owner, delay: delay, addingAttempts: attempts, reason: reason.metricLabel)
             }
             let settled: DeliveryReport?
             do {

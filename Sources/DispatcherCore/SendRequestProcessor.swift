@@ -278,7 +278,7 @@ public final class SendRequestProcessor: Sendable {
                 pending.attempts = UInt32(clamping: attempts)
                 let retry = PendingRetry(
                     request: apnsRequest, environment: stored.environment, report: pending, traceParent: request.traceParent,
-                    retryDeadline: deadline, attempts: attempts, lastReason: reason.label)
+                    retryDeadline: deadline, attempts: attempts, lastReason: reason.metricLabel)
                 try await parking.park(retry, delay: delay)
             }
             guard let settled = try await sendAndSettle(
