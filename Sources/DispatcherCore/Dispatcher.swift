@@ -136,7 +136,8 @@ public final class Dispatcher: Sendable {
         ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
         let redrive = Task { await parkedRetries.run() }
         await shutdown.wait()
-        redrive.cancel()
+        // Re-drives in flight finish (their outcomes recorded); no new row is claimed.
+        parkedRetries.stop()
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
@@ -144,8 +145,10 @@ public final class Dispatcher: Sendable {
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
         _ = await withTaskCancellationHandler {
             await waitUntilIdle(nil)
+            await redrive.value
         } onCancel: {
             self.cancelWorkers(of: nil)
+            redrive.cancel()
         }
         if Task.isCancelled {
             // Escalated: every worker was cancelled; give them a moment to end, store nothing more.

@@ -16,6 +16,7 @@ final class ParkedRetryDriver: Sendable {
     private let maxInFlight: Int
     private let logger: Logger
     private let inFlight = Atomic<Int>(0)
+    private let stopping = Atomic<Bool>(false)
     /// Called after each scan with the number of parked rows (for the `push_pending_retries` gauge).
     private let observe: @Sendable (Int) -> Void
 
@@ -36,10 +37,15 @@ final class ParkedRetryDriver: Sendable {
         self.observe = observe
     }
 
-    /// Scans and re-drives until cancelled.
+    /// Stops claiming rows (graceful shutdown): `run` returns once the re-drives in flight finished,
+    /// within one scan interval.
+    func stop() { stopping.store(true, ordering: .relaxed) }
+
+    /// Scans and re-drives until `stop()` (re-drives in flight finish) or cancellation (they are cut
+    /// short and give their claims back).
     func run() async {
         await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
+            while !Task.isCancelled, !stopping.load(ordering: .relaxed) {
                 var claimed = 0
                 do {
                     let room = maxInFlight - inFlight.load(ordering: .relaxed)
@@ -69,7 +75,7 @@ final class ParkedRetryDriver: Sendable {
                     do { try await Task.sleep(for: interval) } catch { break }
                 }
             }
-            group.cancelAll()
+            if Task.isCancelled { group.cancelAll() }
         }
     }
 }
