@@ -26,6 +26,9 @@ public final class Dispatcher: Sendable {
     private let monitor: DispatcherMonitor
     private let metrics = DispatcherMetrics.shared
     private let engine = Mutex(EngineState())
+    /// Notifications waiting in the process for an APNs retry (woken early to be parked).
+    private let retryTimers = RetryTimers()
+    private let pendingRetriesGauge: Gauge
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -66,11 +69,16 @@ public final class Dispatcher: Sendable {
         }
     }
 
+    /// - Parameter monitor: readiness and the scrape-time gauges of the engine's queues
+    ///   (`push_records_in_flight`, `push_uncommitted_records{partition}`).
+    /// - Parameter metrics: where `push_pending_retries` is registered.
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
                 producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher"),
-                monitor: DispatcherMonitor = DispatcherMonitor()) {
+                monitor: DispatcherMonitor = DispatcherMonitor(), metrics: MetricsRegistry = .shared) {
         self.configuration = configuration
         self.monitor = monitor
+        self.pendingRetriesGauge = metrics.gauge(
+            "push_pending_retries", help: "Notifications parked in pending_retries (every replica's), as of the last scan.")
         self.store = store
         self.clock = clock
         self.logger = logger
@@ -117,8 +125,16 @@ public final class Dispatcher: Sendable {
             Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
         }
         defer { retention?.cancel() }
+        let parkedRetries = ParkedRetryDriver(
+            processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
+            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
+            maxInFlight: configuration.maxParkedInFlight, logger: logger
+        ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
+        let redrive = Task { await parkedRetries.run() }
         await shutdown.wait()
         monitor.readiness.setPhase(.stopping)
+        // Re-drives in flight finish (their outcomes recorded); no new row is claimed.
+        parkedRetries.stop()
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
@@ -126,8 +142,10 @@ public final class Dispatcher: Sendable {
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
         _ = await withTaskCancellationHandler {
             await waitUntilIdle(nil)
+            await redrive.value
         } onCancel: {
             self.cancelWorkers(of: nil)
+            redrive.cancel()
         }
         if Task.isCancelled {
             // Escalated: every worker was cancelled; give them a moment to end, store nothing more.
@@ -152,7 +170,6 @@ public final class Dispatcher: Sendable {
         engine.withLock { state in
             var snapshot = DispatcherMonitor.EngineSnapshot()
             snapshot.recordsInFlight = state.pending
-            snapshot.pendingRetries = state.workers.values.filter(\.retrying).count
             for (partition, slot) in state.slots { snapshot.uncommitted[partition] = slot.scheduler.tracker.uncommitted }
             return snapshot
         }
@@ -179,11 +196,11 @@ public final class Dispatcher: Sendable {
     /// Hands one record to its partition's scheduler and starts the worker it asks for.
     private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
         let partition = message.topicPartition
-        let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
-            guard !state.stopping else { return nil }
+        let (flow, atCap) = engine.withLock { state -> (PartitionScheduler.FlowChange?, Bool) in
+            guard !state.stopping else { return (nil, false) }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
             var slot = state.slots.removeValue(forKey: partition) ?? newSlot(for: message.topic, state: &state)
-            if !slot.scheduler.stopped, !slot.scheduler.tracker.accepts(message.offset) {
+            if !slot.scheduler.stopped, !slot.scheduler.accepts(message.offset) {
                 // The consumer re-reads the partition from an older offset (it was revoked and
                 // assigned again): start over; workers of the old generation are ignored.
                 logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
@@ -192,11 +209,15 @@ public final class Dispatcher: Sendable {
             }
             let start = slot.scheduler.receive(message)
             let flow = slot.scheduler.flowChange()
+            let atCap = slot.scheduler.atCap
             state.slots[partition] = slot
             if !start.isEmpty { spawnWorker(start, partition: partition, generation: slot.generation, consumer: consumer, state: &state) }
-            return flow
+            return (flow, atCap)
         }
         apply(flow, to: partition, consumer)
+        // The span is full: notifications of the partition waiting on a timer are parked, so that
+        // their records can finish and the prefix move.
+        if atCap { retryTimers.parkAll(of: partition) }
     }
 
     private func hasRoom() -> Bool {
@@ -209,7 +230,9 @@ public final class Dispatcher: Sendable {
             topic == configuration.topics.tokenEvents
             ? .ordered(batchSize: configuration.tokenEventBatchSize)
             : .parallel(maxInFlight: configuration.maxInFlightPerPartition)
-        return Slot(generation: state.nextID, scheduler: PartitionScheduler(mode: mode, pauseThreshold: configuration.pauseThresholdPerPartition))
+        return Slot(generation: state.nextID, scheduler: PartitionScheduler(
+            mode: mode, pauseThreshold: configuration.pauseThresholdPerPartition,
+            maxUncommitted: configuration.retryParking.maxUncommittedRecords))
     }
 
     private func apply(_ flow: PartitionScheduler.FlowChange?, to partition: KafkaTopicPartition, _ consumer: KafkaConsumer) {
@@ -255,7 +278,7 @@ public final class Dispatcher: Sendable {
     private func work(id: Int, _ first: [KafkaMessage], partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) async {
         var records = first
         while !records.isEmpty {
-            let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation)
+            let finished = await handleWithRetries(records, worker: id, partition: partition, generation: generation, consumer: consumer)
             let (next, flow, woken, wake) = engine.withLock { state -> ([KafkaMessage], PartitionScheduler.FlowChange?, [CheckedContinuation<Void, Never>], CheckedContinuation<Void, Never>?) in
                 guard state.slots[partition]?.generation == generation, var slot = state.slots.removeValue(forKey: partition) else {
                     state.workers[id] = nil
@@ -265,6 +288,10 @@ public final class Dispatcher: Sendable {
                 if finished {
                     let result = slot.scheduler.finish(records)
                     next = result.next
+                    // Held records that joined the span may start beyond this worker's next one.
+                    for more in slot.scheduler.takeStartable() {
+                        spawnWorker(more, partition: partition, generation: generation, consumer: consumer, state: &state)
+                    }
                     if let offset = result.store {
                         // Stored under the lock, so that stores of one partition never go backwards.
                         if case .notAssigned? = consumer.storeOffsets([partition: offset])[partition] {
@@ -301,15 +328,24 @@ public final class Dispatcher: Sendable {
     /// retried past `stuckRecordThreshold` is logged once a minute.
     /// - Returns: whether the records finished; false when cancelled or abandoned because the process
     ///   is stopping (the records then stay unfinished and are never stored).
-    private func handleWithRetries(_ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int) async -> Bool {
+    private func handleWithRetries(
+        _ records: [KafkaMessage], worker: Int, partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer
+    ) async -> Bool {
         let shouldStop: @Sendable () -> Bool = { [engine = self] in engine.isAbandoned(partition, generation) }
+        let record = records[0]
+        let retryContext = RetryContext(
+            partition: partition, recordStartedAt: .now,
+            uncommittedRecords: { [engine = self] in engine.uncommittedRecords(partition, generation) },
+            policy: configuration.retryParking, timers: retryTimers,
+            recordWaits: { [engine = self] in engine.recordWaits(record, partition: partition, generation: generation, consumer: consumer) },
+            recordResumes: { [engine = self] in engine.recordResumes(record, partition: partition, generation: generation) })
         var delay = configuration.initialRetryDelay
         let startedAt = ContinuousClock.now
         var lastStuckLog: ContinuousClock.Instant?
         while true {
             if Task.isCancelled { return false }
             do {
-                try await handle(records, shouldStop: shouldStop)
+                try await handle(records, retryContext: retryContext, shouldStop: shouldStop)
                 return true
             } catch {
                 if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
@@ -343,6 +379,33 @@ public final class Dispatcher: Sendable {
 
     /// Whether records of `partition` started under `generation` should stop: the process is stopping,
     /// or the partition was revoked or reset since.
+    /// A running send request only waits for APNs retries: its slot goes to the next records.
+    private func recordWaits(_ record: KafkaMessage, partition: KafkaTopicPartition, generation: Int, consumer: KafkaConsumer) {
+        engine.withLock { state in
+            guard state.slots[partition]?.generation == generation, var slot = state.slots.removeValue(forKey: partition) else { return }
+            let start = slot.scheduler.recordWaits(record)
+            state.slots[partition] = slot
+            for records in start { spawnWorker(records, partition: partition, generation: generation, consumer: consumer, state: &state) }
+        }
+    }
+
+    /// A waiting send request sends again: it takes its slot back.
+    private func recordResumes(_ record: KafkaMessage, partition: KafkaTopicPartition, generation: Int) {
+        engine.withLock { state in
+            guard state.slots[partition]?.generation == generation else { return }
+            state.slots[partition]?.scheduler.recordResumes(record)
+        }
+    }
+
+    /// Records in the uncommitted span of `partition`; `Int.max` (park at once) when the partition
+    /// was revoked or reset since `generation` started, or the process is stopping.
+    private func uncommittedRecords(_ partition: KafkaTopicPartition, _ generation: Int) -> Int {
+        engine.withLock { state in
+            guard !state.stopping, let slot = state.slots[partition], slot.generation == generation, !slot.scheduler.stopped else { return .max }
+            return slot.scheduler.uncommitted
+        }
+    }
+
     private func isAbandoned(_ partition: KafkaTopicPartition, _ generation: Int) -> Bool {
         engine.withLock { state in
             guard !state.stopping, state.slots[partition]?.generation == generation else { return true }
@@ -360,6 +423,8 @@ public final class Dispatcher: Sendable {
             return (dropped, state.workers.values.filter(\.retrying).compactMap(\.task))
         }
         retrying.forEach { $0.cancel() }
+        // Notifications waiting for an APNs retry are parked: durable, their records may finish.
+        retryTimers.parkAll()
         return dropped
     }
 
@@ -416,6 +481,7 @@ public final class Dispatcher: Sendable {
                     return state.workers.values.filter { revoked.contains($0.partition) && ($0.retrying || revocation.isLost) }.compactMap(\.task)
                 }
                 retrying.forEach { $0.cancel() }
+                retryTimers.parkAll { revoked.contains($0) }
                 let drained = revocation.isLost ? true : await waitUntilIdle(revoked, timeout: configuration.revokeDrain)
                 engine.withLock { state in
                     for partition in revoked { state.slots[partition] = nil }
@@ -439,12 +505,12 @@ public final class Dispatcher: Sendable {
 
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
-    func handle(_ records: [KafkaMessage], shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
+    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
-            for message in records { try await handleSendRequest(message, shouldStop: shouldStop) }
+            for message in records { try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) }
         }
     }
 
@@ -499,7 +565,7 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    private func handleSendRequest(_ message: KafkaMessage, shouldStop: @escaping @Sendable () -> Bool) async throws {
+    private func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
@@ -532,7 +598,7 @@ public final class Dispatcher: Sendable {
             request.traceParent = trace.text
         }
         do {
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
+            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), retryContext: retryContext, shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [

@@ -81,6 +81,18 @@ public struct DispatcherConfiguration: Sendable {
     public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
     /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
     public var sendLogRetentionInterval: Duration = .seconds(600)
+    /// The cap on a partition's uncommitted span and where notifications waiting for an APNs retry
+    /// wait (`PUSH_MAX_UNCOMMITTED_RECORDS`, default 10,000; `PUSH_MAX_UNCOMMITTED_AGE_MS`, default
+    /// 60 s); see docs/dispatcher-engine.md "Retries off the hot path, and parking".
+    public var retryParking = RetryParkingPolicy()
+    /// How often parked notifications that are due are claimed and sent again
+    /// (`PUSH_PENDING_RETRY_SCAN_MS`). Default 1 s.
+    public var pendingRetryScanInterval: Duration = .seconds(1)
+    /// How long a claim on a parked notification lasts before another replica may take it over
+    /// (`PUSH_PENDING_RETRY_LEASE_MS`): above the APNs request timeout. Default 60 s.
+    public var pendingRetryLease: Duration = .seconds(60)
+    /// Parked notifications re-driven at once by this replica. Default 200.
+    public var maxParkedInFlight = 200
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

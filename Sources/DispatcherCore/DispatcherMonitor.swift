@@ -4,7 +4,7 @@ import ServiceCore
 import Synchronization
 
 /// What the dispatcher shows operators besides its counters: readiness (`readiness`, read by the
-/// admin port's `/readyz`), gauges read at scrape time (records in flight, pending retries,
+/// admin port's `/readyz`), gauges read at scrape time (records in flight,
 /// uncommitted records per partition, consumer lag per partition from librdkafka's statistics), and
 /// Apple's troubles for the readiness body (never a readiness condition).
 ///
@@ -14,7 +14,6 @@ public final class DispatcherMonitor: Sendable {
     /// Snapshot of the engine's queues, read at scrape time.
     struct EngineSnapshot: Sendable {
         var recordsInFlight = 0
-        var pendingRetries = 0
         var uncommitted: [KafkaTopicPartition: Int] = [:]
     }
 
@@ -36,9 +35,6 @@ public final class DispatcherMonitor: Sendable {
     public init(registry: MetricsRegistry = .shared) {
         registry.gaugeCallback("push_records_in_flight", help: "Records taken from Kafka and not finished (queued or running).") { [weak self] in
             [MetricSample(value: Double(self?.engineSnapshot().recordsInFlight ?? 0))]
-        }
-        registry.gaugeCallback("push_pending_retries", help: "Records waiting on a retry timer after a transient failure.") { [weak self] in
-            [MetricSample(value: Double(self?.engineSnapshot().pendingRetries ?? 0))]
         }
         registry.gaugeCallback(
             "push_uncommitted_records", help: "Records of a partition not yet covered by its stored offset (topic[partition]).",

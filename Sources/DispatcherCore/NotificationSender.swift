@@ -1,13 +1,26 @@
 import APNs
+import Foundation
 
 /// Sends one notification to APNs and returns Apple's answer. `APNsClient` is the production
 /// implementation; the dispatcher depends only on this.
 public protocol NotificationSender: Sendable {
     /// Returns Apple's final answer after the sender's own retries (`APNsResponse.attempts` says how
     /// many sends it took; a retryable action on the result means the sender gave up).
+    /// - Parameter options: who waits between attempts (the dispatcher's waiter takes a waiting
+    ///   notification off its hot path) and the retry deadline.
     /// - Throws: when no answer arrived within the retry rules (`APNsError` `.deliveryFailed` with
-    ///   `attempts`); the dispatcher reports the notification `FAILED`.
-    func send(_ request: APNsRequest, environment: APNsEnvironment) async throws -> APNsResponse
+    ///   `attempts`), and whatever the waiter throws, unchanged; the dispatcher reports the first
+    ///   `FAILED` and handles the second (`RetryParked`).
+    func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsResponse
+
+    /// The last instant an attempt of `request`, first sent now, may start (from `apns-expiration`
+    /// and the configured horizons); stored with a parked notification so a restart never extends it.
+    func retryDeadline(for request: APNsRequest, now: Date?) -> Date
+}
+
+extension NotificationSender {
+    /// `retryDeadline(for:now:)` counted from now.
+    func retryDeadline(for request: APNsRequest) -> Date { retryDeadline(for: request, now: nil) }
 }
 
 extension APNsClient: NotificationSender {}

@@ -8,6 +8,10 @@ import Kafka
 /// - `.parallel`: send requests. Up to `maxInFlight` records run at once; records with the same key
 ///   (request id) run one after the other in offset order; records without a key have no order.
 /// - `.ordered`: token events. One batch at a time, in offset order, up to `batchSize` records.
+///
+/// The uncommitted span (`tracker.uncommitted`) never exceeds `maxUncommitted`: a record arriving
+/// while the span is full is held outside it (not tracked, not started) until the finished prefix
+/// moves (docs/dispatcher-engine.md "The cap on a partition's uncommitted span").
 struct PartitionScheduler: Sendable {
     enum Mode: Sendable, Equatable {
         case parallel(maxInFlight: Int)
@@ -33,22 +37,48 @@ struct PartitionScheduler: Sendable {
     private var waitingBehindKeys = 0
     /// Records (parallel) or batches (ordered) running now.
     private(set) var running = 0
+    /// Running records whose every notification waits for an APNs retry: they hold no slot of
+    /// `maxInFlight` (`.parallel` only), so other records of the partition start meanwhile.
+    private var waitingOffsets: Set<Int64> = []
     /// Fetching is paused by this scheduler's decision.
     private(set) var paused = false
     /// No record starts any more (revoked, or the process is stopping).
     private(set) var stopped = false
+    /// The most records the uncommitted span may hold.
+    let maxUncommitted: Int
+    /// Records that arrived while the span was full, in offset order, not yet tracked.
+    private var held: [KafkaMessage] = []
+    private var heldHead = 0
+    /// The highest offset received (tracked or held).
+    private var highestReceived: Int64?
 
-    init(mode: Mode, pauseThreshold: Int) {
+    init(mode: Mode, pauseThreshold: Int, maxUncommitted: Int = .max) {
         self.mode = mode
         self.pauseThreshold = max(1, pauseThreshold)
+        self.maxUncommitted = max(1, maxUncommitted)
     }
 
-    /// Records taken from the consumer and not finished: running, ready and waiting for their key.
+    /// Records taken from the consumer and not finished: running, ready, waiting for their key and
+    /// held past the cap.
     var pending: Int {
+        let heldCount = held.count - heldHead
         switch mode {
-        case .parallel: running + (ready.count - readyHead) + waitingBehindKeys
-        case .ordered: (ready.count - readyHead) + (running > 0 ? runningBatchCount : 0)
+        case .parallel: return running + waitingOffsets.count + (ready.count - readyHead) + waitingBehindKeys + heldCount
+        case .ordered: return (ready.count - readyHead) + (running > 0 ? runningBatchCount : 0) + heldCount
         }
+    }
+
+    /// Records in the uncommitted span (at most `maxUncommitted`).
+    var uncommitted: Int { tracker.uncommitted }
+
+    /// Whether the span is full: a notification waiting for a retry should be parked now.
+    var atCap: Bool { tracker.uncommitted >= maxUncommitted }
+
+    /// Whether `offset` is above every offset received so far (an older one means the partition is
+    /// being read again from an earlier position).
+    func accepts(_ offset: KafkaOffset) -> Bool {
+        if let highestReceived, offset.rawValue <= highestReceived { return false }
+        return tracker.accepts(offset)
     }
     private var runningBatchCount = 0
 
@@ -57,7 +87,18 @@ struct PartitionScheduler: Sendable {
     ///   that one worker handles), or an empty array when it waits. Records offered out of order or
     ///   after `stop()` are ignored.
     mutating func receive(_ record: KafkaMessage) -> [KafkaMessage] {
-        guard !stopped, tracker.start(record.offset) else { return [] }
+        guard !stopped, accepts(record.offset) else { return [] }
+        highestReceived = record.offset.rawValue
+        if heldHead < held.count || tracker.uncommitted >= maxUncommitted {
+            held.append(record)
+            return []
+        }
+        return admit(record)
+    }
+
+    /// Tracks a received record and starts or queues it.
+    private mutating func admit(_ record: KafkaMessage) -> [KafkaMessage] {
+        guard tracker.start(record.offset) else { return [] }
         switch mode {
         case .parallel(let maxInFlight):
             if let key = record.key {
@@ -88,7 +129,59 @@ struct PartitionScheduler: Sendable {
         for record in records {
             if let offset = tracker.finish(record.offset) { store = offset }
         }
+        admitHeld()
         return (store, release(records))
+    }
+
+    /// Held records the span has room for again join it (queued, not started: see `takeStartable`).
+    private mutating func admitHeld() {
+        guard !stopped else { return }
+        while heldHead < held.count, tracker.uncommitted < maxUncommitted {
+            let record = held[heldHead]
+            heldHead += 1
+            guard tracker.start(record.offset) else { continue }
+            switch mode {
+            case .parallel:
+                if let key = record.key {
+                    if behindKey[key] != nil {
+                        behindKey[key]!.append(record)
+                        waitingBehindKeys += 1
+                        continue
+                    }
+                    behindKey[key] = []
+                }
+                insertReady(record)
+            case .ordered:
+                ready.append(record)
+            }
+        }
+        if heldHead == held.count {
+            held.removeAll(keepingCapacity: true)
+            heldHead = 0
+        } else if heldHead >= 256, heldHead * 2 >= held.count {
+            held.removeFirst(heldHead)
+            heldHead = 0
+        }
+    }
+
+    /// Records that may start now beyond those handed to finishing workers (after held records
+    /// joined the span, several slots can be free at once): one worker each (`.parallel`), or one
+    /// batch when no batch runs (`.ordered`).
+    mutating func takeStartable() -> [[KafkaMessage]] {
+        guard !stopped else { return [] }
+        switch mode {
+        case .parallel(let maxInFlight):
+            var started: [[KafkaMessage]] = []
+            while running < maxInFlight, readyHead < ready.count {
+                running += 1
+                started.append([popReady()])
+            }
+            return started
+        case .ordered:
+            guard running == 0 else { return [] }
+            let batch = takeBatch()
+            return batch.isEmpty ? [] : [batch]
+        }
     }
 
     /// A worker gave its records up without finishing them (cancelled, abandoned on shutdown or
@@ -98,10 +191,28 @@ struct PartitionScheduler: Sendable {
         release(records)
     }
 
+    /// A running record's notifications all wait for an APNs retry: it gives its slot up.
+    /// - Returns: records that may start in the freed slot (one worker each).
+    mutating func recordWaits(_ record: KafkaMessage) -> [[KafkaMessage]] {
+        guard case .parallel = mode, !waitingOffsets.contains(record.offset.rawValue) else { return [] }
+        waitingOffsets.insert(record.offset.rawValue)
+        running -= 1
+        return takeStartable()
+    }
+
+    /// A waiting record sends again: it takes a slot back at once, even past `maxInFlight` for a
+    /// moment (its notifications then queue for the process's notification budget).
+    mutating func recordResumes(_ record: KafkaMessage) {
+        guard waitingOffsets.remove(record.offset.rawValue) != nil else { return }
+        running += 1
+    }
+
     private mutating func release(_ records: [KafkaMessage]) -> [KafkaMessage] {
         switch mode {
         case .parallel(let maxInFlight):
-            running -= records.count
+            for record in records {
+                if waitingOffsets.remove(record.offset.rawValue) == nil { running -= 1 }
+            }
             for record in records {
                 guard let key = record.key, var waiting = behindKey[key] else { continue }
                 if waiting.isEmpty {
@@ -128,7 +239,9 @@ struct PartitionScheduler: Sendable {
     /// - Returns: how many records were dropped.
     @discardableResult
     mutating func stop() -> Int {
-        let dropped = (ready.count - readyHead) + waitingBehindKeys
+        let dropped = (ready.count - readyHead) + waitingBehindKeys + (held.count - heldHead)
+        held.removeAll()
+        heldHead = 0
         stopped = true
         ready.removeAll()
         readyHead = 0
@@ -139,11 +252,12 @@ struct PartitionScheduler: Sendable {
 
     /// Whether fetching should pause or resume now, given the pending records.
     mutating func flowChange() -> FlowChange? {
-        if !paused, !stopped, pending >= pauseThreshold {
+        let holding = heldHead < held.count
+        if !paused, !stopped, pending >= pauseThreshold || holding {
             paused = true
             return .pause
         }
-        if paused, pending <= pauseThreshold / 2 {
+        if paused, pending <= pauseThreshold / 2, !holding {
             paused = false
             return .resume
         }

@@ -16,15 +16,15 @@ import Synchronization
 /// `request_completions`: handled again, it publishes nothing.
 public final class SendRequestProcessor: Sendable {
     private let store: TokenStore
-    private let sender: any NotificationSender
-    private let feedback: FeedbackPublisher
+    let sender: any NotificationSender
+    let feedback: FeedbackPublisher
     private let defaultEnvironment: APNsEnvironment
-    private let clock: any WallClock
-    private let logger: Logger
+    let clock: any WallClock
+    let logger: Logger
     private let monitor: DispatcherMonitor?
     private let metrics = DispatcherMetrics.shared
     /// Notifications sent at once across every request of this processor.
-    private let budget: AsyncSemaphore
+    let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
     /// One warning a few seconds about outcomes waiting for PostgreSQL, not one per notification.
     private let recordWarnings = LogRateLimit(interval: .seconds(5))
@@ -32,9 +32,12 @@ public final class SendRequestProcessor: Sendable {
     /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
     public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
     private let maxInFlight: Int
-    /// Batched look-ups (see `BatchLoader`): recorded outcomes by request id, active tokens by user,
+    /// Parked notifications and the requests waiting for them.
+    let parking: PendingRetryStore
+    /// Batched look-ups (see `BatchLoader`): what earlier deliveries left by request id (recorded
+    /// outcomes and parked tokens), whether a request already completed, active tokens by user,
     /// rows by token.
-    private let recordedLoader: BatchLoader<String, [String: TokenStore.RecordedOutcome]>
+    private let progressLoader: BatchLoader<String, PendingRetryStore.RequestProgress>
     private let completedLoader: BatchLoader<String, Bool>
     /// Reports acknowledged in this process for requests not finished yet.
     let acknowledged: AcknowledgedReports
@@ -51,9 +54,11 @@ public final class SendRequestProcessor: Sendable {
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.maxInFlight = maxInFlight
         self.sendLog = store.makeSendLogWriter()
-        self.recordedLoader = BatchLoader { [store] requestIDs in
-            let found = try await store.recordedOutcomeStates(requestIDs: requestIDs)
-            return requestIDs.map { found[$0] ?? [:] }
+        let parking = store.makePendingRetryStore()
+        self.parking = parking
+        self.progressLoader = BatchLoader { requestIDs in
+            let found = try await parking.progress(requestIDs: requestIDs)
+            return requestIDs.map { found[$0] ?? PendingRetryStore.RequestProgress() }
         }
         self.completedLoader = BatchLoader { [store] requestIDs in
             let found = try await store.completedRequests(requestIDs)
@@ -90,9 +95,12 @@ public final class SendRequestProcessor: Sendable {
     /// - Parameter consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
     /// - Parameter shouldStop: asked before each notification starts; once it answers true, no further
     ///   notification starts, those in flight finish, and `RecordAbandoned` is thrown.
+    /// - Parameter retryContext: where a notification waiting for an APNs retry waits (its record's
+    ///   partition, the cap on its uncommitted span); see `HotPathRetryWaiter`.
     /// - Throws: `RecordAbandoned` when stopped; otherwise only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
-    ///   whole request, which is idempotent through `send_log`.
-    public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
+    ///   whole request, which is idempotent through `send_log` and `pending_retries`.
+    func process(_ request: SendRequest, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
+                 shouldStop: @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
@@ -100,17 +108,18 @@ public final class SendRequestProcessor: Sendable {
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         // The look-ups are batched with those of other requests running at the same time.
         async let completedLookup = completedLoader.load(request.requestID)
-        async let recordedLookup = recordedLoader.load(request.requestID)
+        async let progressLookup = progressLoader.load(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
         if try await completedLookup {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
             // and the RequestCompleted were acknowledged then; nothing is sent or published again.
-            _ = try? await recordedLookup
+            _ = try? await progressLookup
             acknowledged.remove(requestID: request.requestID)
             logger.info("request already completed: not handled again", ["request_id": request.requestID])
             return
         }
-        let recorded = try await recordedLookup
+        let progress = try await progressLookup
+        let recorded = progress.recorded
 
         var counts = RequestCompleted()
         counts.requestID = request.requestID
@@ -122,26 +131,39 @@ public final class SendRequestProcessor: Sendable {
         // Reports are produced as outcomes are recorded; their acknowledgements are awaited together
         // (with the RequestCompleted's) before the request counts as finished.
         let acks = Acknowledgements()
+        let activity = RecordActivity(retryContext)
+        defer { activity.startingDone() }
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
+            defer { activity.startingDone() }
             for target in targets {
                 // Stopping (shutdown, revocation): no new notification starts; those in flight finish
                 // and are recorded; the request stays unfinished and is read again.
                 if shouldStop() { abandoned = true; break }
-                try await budget.acquire()
-                if shouldStop() {
-                    budget.release()
-                    abandoned = true
-                    break
-                }
                 let token: String
                 switch target {
                 case .send(let stored): token = stored.deviceToken
                 case .outcome(let raw, _, _, _, _): token = raw
                 }
+                if progress.parked.contains(token) {
+                    // Parked by an earlier delivery of this record: the parked path finishes it.
+                    tally.countParked()
+                    continue
+                }
+                let permit = NotificationPermit(budget)
+                try await permit.acquire()
+                if shouldStop() {
+                    permit.release()
+                    abandoned = true
+                    break
+                }
                 let earlier = recorded[token]
+                activity.notificationStarted()
                 group.addTask {
-                    defer { self.budget.release() }
+                    defer {
+                        permit.release()
+                        activity.notificationEnded()
+                    }
                     let outcome: DeliveryOutcome
                     if let earlier, let event = try? FeedbackEvent(protobufBytes: earlier.event),
                        case .deliveryReport(let report)? = event.event
@@ -156,7 +178,13 @@ public final class SendRequestProcessor: Sendable {
                         }
                         outcome = report.outcome
                     } else {
-                        let report = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks, logger: logger)
+                        guard let report = try await self.deliver(
+                            target, request: request, template: template, requestedAt: requestedAt, acks: acks,
+                            permit: permit, retryContext: retryContext, activity: activity)
+                        else {
+                            tally.countParked()
+                            return
+                        }
                         self.metrics.count(report)
                         self.monitor?.noteAppleTrouble(report)
                         outcome = report.outcome
@@ -171,6 +199,16 @@ public final class SendRequestProcessor: Sendable {
             // the next owner need not publish them again.
             try? await store.markAcknowledged(requestID: request.requestID)
             throw RecordAbandoned()
+        }
+        if tally.parked > 0 {
+            // Some notifications wait in pending_retries: the RequestCompleted comes once the last
+            // of them is recorded (docs/dispatcher-engine.md "When a request with parked
+            // notifications completes"). The reports published so far must be acknowledged first.
+            try await acks.waitForAll()
+            try await parking.markRecordDone(requestID: request.requestID)
+            logger.debug("request handed over to parked retries", ["request_id": request.requestID, "parked": "\(tally.parked)"])
+            try await completeParkedRequest(request.requestID)
+            return
         }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
@@ -256,8 +294,10 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
+    /// - Returns: the report, or nil when the notification was parked for a later retry.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
-                         acks: Acknowledgements, logger: Logger) async throws -> DeliveryReport {
+                         acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext,
+                         activity: RecordActivity) async throws -> DeliveryReport? {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -288,46 +328,76 @@ public final class SendRequestProcessor: Sendable {
                 return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
             }
             report.sentAtMs = clock.nowMilliseconds()
-            do {
-                let response = try await sender.send(apnsRequest, environment: stored.environment)
-                report.attempts = UInt32(clamping: response.attempts)
-                report.completedAtMs = clock.nowMilliseconds()
-                report.httpStatus = UInt32(response.status)
-                report.apnsID = response.apnsID ?? report.apnsID
-                report.apnsUniqueID = response.apnsUniqueID ?? ""
-                report.apnsReason = response.reason?.rawValue ?? ""
-                switch response.action {
-                case _ where response.isSuccess:
-                    report.outcome = .delivered
-                case .deactivateToken:
-                    report.outcome = .rejected
-                    try await invalidate(stored, response: response, report: report, traceParent: request.traceParent, logger: logger)
-                case .reject:
-                    report.outcome = .rejected
-                case _ where response.hasUnknownReason:
-                    report.outcome = .rejected
-                default:
-                    // The client retried as far as the rules allow and gave up: final.
-                    report.outcome = .failed
-                    report.outcomeReason = .retryHorizonExceeded
-                }
-                if let reason = response.reason, Self.isProviderTokenFault(reason) { report.outcomeReason = .providerTokenFault }
-            } catch let error as CancellationError {
-                throw error
-            } catch where Task.isCancelled {
-                // Stopped while sending: not an outcome. The record stays unfinished and is read again.
-                throw CancellationError()
-            } catch {
-                report.attempts = UInt32(clamping: (error as? APNsError)?.attempts ?? 1)
-                report.completedAtMs = clock.nowMilliseconds()
-                report.outcomeReason = Self.outcomeReason(for: error)
-                report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
-                logger.warning("APNs send failed", [
-                    "apns_id": report.apnsID, "token": Logger.shortened(token: report.deviceToken), "error": "\(error)",
-                ])
+            let deadline = sender.retryDeadline(for: apnsRequest)
+            let parkedReport = report
+            let waiter = HotPathRetryWaiter(permit: permit, context: retryContext, activity: activity, logger: logger) { [parking] delay, attempts, reason in
+                var pending = parkedReport
+                pending.attempts = UInt32(clamping: attempts)
+                let retry = PendingRetry(
+                    request: apnsRequest, environment: stored.environment, report: pending, traceParent: request.traceParent,
+                    retryDeadline: deadline, attempts: attempts, lastReason: reason.metricLabel)
+                try await parking.park(retry, delay: delay)
             }
+            guard let settled = try await sendAndSettle(
+                apnsRequest, environment: stored.environment, report: report, earlierAttempts: 0,
+                options: APNsSendOptions(waiter: waiter, retryDeadline: deadline), requestID: request.requestID, traceParent: request.traceParent)
+            else { return nil }
+            report = settled
         }
         return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
+    }
+
+    /// Sends one notification and fills `report` with the outcome (not yet recorded).
+    /// - Parameters:
+    ///   - earlierAttempts: attempts made by earlier deliveries (a parked notification), added to
+    ///     the client's count.
+    /// - Returns: the settled report, or nil when the waiter parked the notification (`RetryParked`).
+    /// - Throws: `CancellationError` when stopped while sending (not an outcome: the record stays
+    ///   unfinished); `PostgresError`/`KafkaError` from deactivating a token.
+    func sendAndSettle(_ apnsRequest: APNsRequest, environment: APNsEnvironment, report: DeliveryReport, earlierAttempts: Int,
+                       options: APNsSendOptions, requestID: String, traceParent: String) async throws -> DeliveryReport? {
+        var report = report
+        do {
+            let response = try await sender.send(apnsRequest, environment: environment, options: options)
+            report.attempts = UInt32(clamping: earlierAttempts + response.attempts)
+            report.completedAtMs = clock.nowMilliseconds()
+            report.httpStatus = UInt32(response.status)
+            report.apnsID = response.apnsID ?? report.apnsID
+            report.apnsUniqueID = response.apnsUniqueID ?? ""
+            report.apnsReason = response.reason?.rawValue ?? ""
+            switch response.action {
+            case _ where response.isSuccess:
+                report.outcome = .delivered
+            case .deactivateToken:
+                report.outcome = .rejected
+                try await invalidate(report.deviceToken, response: response, report: report, traceParent: traceParent)
+            case .reject:
+                report.outcome = .rejected
+            case _ where response.hasUnknownReason:
+                report.outcome = .rejected
+            default:
+                // The client retried as far as the rules allow and gave up: final.
+                report.outcome = .failed
+                report.outcomeReason = .retryHorizonExceeded
+            }
+            if let reason = response.reason, Self.isProviderTokenFault(reason) { report.outcomeReason = .providerTokenFault }
+        } catch is RetryParked {
+            return nil
+        } catch let error as CancellationError {
+            throw error
+        } catch where Task.isCancelled {
+            // Stopped while sending: not an outcome. The record stays unfinished and is read again.
+            throw CancellationError()
+        } catch {
+            report.attempts = UInt32(clamping: earlierAttempts + ((error as? APNsError)?.attempts ?? 1))
+            report.completedAtMs = clock.nowMilliseconds()
+            report.outcomeReason = Self.outcomeReason(for: error)
+            report.outcome = report.outcomeReason == .invalidRequest ? .rejected : .failed
+            logger.warning("APNs send failed", [
+                "request_id": requestID, "apns_id": report.apnsID, "token": Logger.shortened(token: report.deviceToken), "error": "\(error)",
+            ])
+        }
+        return report
     }
 
     /// The dispatcher's reason for a send that threw (docs/contracts.md "Outcome reasons"): a stream
@@ -362,7 +432,7 @@ public final class SendRequestProcessor: Sendable {
     /// Records the final outcome in `send_log` (batched, see `SendLogWriter`), then publishes its
     /// report (in that order: a redelivered request re-publishes what was recorded instead of sending
     /// again). When the row already existed, the stored report is published, never a new outcome.
-    private func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
+    func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
         var report = report
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let event = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent)
@@ -409,11 +479,11 @@ public final class SendRequestProcessor: Sendable {
 
     /// docs/semantics.md "Token hygiene": deactivate unless registered again after Apple's timestamp, and
     /// announce it with `TokenInvalidated`.
-    private func invalidate(_ stored: StoredToken, response: APNsResponse, report: DeliveryReport, traceParent: String, logger: Logger) async throws {
+    private func invalidate(_ token: String, response: APNsResponse, report: DeliveryReport, traceParent: String) async throws {
         let now = clock.nowMilliseconds()
         let invalidatedAt = response.timestampMilliseconds ?? report.sentAtMs
         guard let row = try await store.deactivate(
-            token: stored.deviceToken, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
+            token: token, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
             invalidatedAtMs: invalidatedAt, nowMs: now)
         else { return }
         var invalidated = TokenInvalidated()
@@ -460,4 +530,11 @@ private final class OutcomeTally: Sendable {
     }
 
     var counts: RequestCompleted { state.withLock { $0 } }
+
+    /// A notification left to the parked path (no outcome here).
+    func countParked() { parkedCount.add(1, ordering: .relaxed) }
+
+    /// Notifications parked by this delivery or an earlier one.
+    var parked: Int { parkedCount.load(ordering: .relaxed) }
+    private let parkedCount = Atomic<Int>(0)
 }

@@ -69,5 +69,44 @@ public enum TokenStoreMigrations {
             );
             CREATE INDEX request_completions_completed_at ON request_completions (completed_at);
             """),
+        Migration(version: 5, name: "pending_retries", sql: """
+            -- Notifications waiting for an APNs retry, parked off the partition once its uncommitted
+            -- span reached its cap (docs/dispatcher-engine.md "Retries off the hot path, and parking").
+            -- Everything needed to send again without the send request: the APNs request's fields,
+            -- the report known before sending, the trace parent and the retry deadline fixed at first
+            -- sight. Claimed by one replica at a time (claimed_by, claimed_until: a lease).
+            CREATE TABLE pending_retries (
+                request_id       text NOT NULL,
+                device_token     text NOT NULL,
+                environment      text NOT NULL CHECK (environment IN ('sandbox', 'production')),
+                topic            text NOT NULL,
+                push_type        text NOT NULL,
+                priority         integer,
+                expiration       bigint,
+                collapse_id      text,
+                apns_id          text,
+                payload          bytea NOT NULL,
+                report           bytea NOT NULL,
+                trace_parent     text NOT NULL DEFAULT '',
+                retry_deadline   timestamptz NOT NULL,
+                next_attempt_at  timestamptz NOT NULL,
+                attempts         integer NOT NULL DEFAULT 0,
+                last_reason      text NOT NULL DEFAULT '',
+                claimed_by       text,
+                claimed_until    timestamptz,
+                parked_at        timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (request_id, device_token)
+            );
+            CREATE INDEX pending_retries_due ON pending_retries (next_attempt_at);
+            -- A request whose record finished with notifications parked: its RequestCompleted is
+            -- published once record_done is set and none of its pending_retries rows remains.
+            CREATE TABLE pending_requests (
+                request_id       text PRIMARY KEY,
+                requested_at_ms  bigint NOT NULL,
+                trace_parent     text NOT NULL DEFAULT '',
+                record_done      boolean NOT NULL DEFAULT false,
+                created_at       timestamptz NOT NULL DEFAULT now()
+            );
+            """),
     ]
 }

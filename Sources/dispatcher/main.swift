@@ -42,6 +42,11 @@ do {
     configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...Int.max)
     configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...Int.max)
     configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes, in: 4096...Int.max)
+    configuration.retryParking.maxUncommittedRecords = try env.int(
+        "PUSH_MAX_UNCOMMITTED_RECORDS", default: configuration.retryParking.maxUncommittedRecords, in: 1...Int.max)
+    configuration.retryParking.maxUncommittedAge = try env.milliseconds("PUSH_MAX_UNCOMMITTED_AGE_MS", default: configuration.retryParking.maxUncommittedAge)
+    configuration.pendingRetryScanInterval = try env.milliseconds("PUSH_PENDING_RETRY_SCAN_MS", default: configuration.pendingRetryScanInterval)
+    configuration.pendingRetryLease = try env.milliseconds("PUSH_PENDING_RETRY_LEASE_MS", default: configuration.pendingRetryLease)
     let retentionHours = try env.int("PUSH_SEND_LOG_RETENTION_H", default: 192, in: 0...Int.max)
     configuration.sendLogRetention = retentionHours == 0 ? nil : .seconds(retentionHours * 3600)
     configuration.defaultEnvironment = try env.choice(

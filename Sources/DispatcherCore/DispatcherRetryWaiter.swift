@@ -1,0 +1,157 @@
+import APNs
+import Kafka
+import ServiceCore
+import Synchronization
+
+/// One permit of the process-wide notification budget, held by one notification: released while
+/// the notification waits for a retry, queued for again when the wait ends, and given back at most
+/// once when the notification settles.
+final class NotificationPermit: Sendable {
+    private let budget: AsyncSemaphore
+    private let held = Atomic<Bool>(false)
+
+    init(_ budget: AsyncSemaphore) { self.budget = budget }
+
+    /// Waits for a permit (FIFO with every other notification).
+    /// - Throws: `CancellationError`.
+    func acquire() async throws {
+        try await budget.acquire()
+        held.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Gives the permit back if held.
+    func release() {
+        if held.exchange(false, ordering: .sequentiallyConsistent) { budget.release() }
+    }
+}
+
+/// Thrown by a waiter once the notification was parked in `pending_retries` (durably) or put back
+/// there by a re-drive: it has no outcome yet, and its record need not wait for it.
+struct RetryParked: Error, CustomStringConvertible {
+    var reason: String
+    var description: String { "notification parked in pending_retries (\(reason))" }
+}
+
+/// Where a notification of a running record stands, for its waiter: its partition, when its record
+/// started, and the dispatcher's decision and timers.
+struct RetryContext: Sendable {
+    /// The record's partition.
+    var partition: KafkaTopicPartition
+    /// When the record started.
+    var recordStartedAt: ContinuousClock.Instant
+    /// Records in the partition's uncommitted span now (`Int.max` when the partition is gone: park).
+    var uncommittedRecords: @Sendable () -> Int
+    var policy: RetryParkingPolicy
+    var timers: RetryTimers
+    /// The record's notifications all wait: it gives its partition slot up.
+    var recordWaits: @Sendable () -> Void = {}
+    /// One of them sends again: it takes a slot back.
+    var recordResumes: @Sendable () -> Void = {}
+
+    /// A context for work outside any partition (tests, tools): never parks, waits on timers.
+    static func unbounded(timers: RetryTimers = RetryTimers()) -> RetryContext {
+        RetryContext(
+            partition: KafkaTopicPartition(topic: "", partition: -1), recordStartedAt: .now, uncommittedRecords: { 0 },
+            policy: RetryParkingPolicy(maxUncommittedRecords: .max, maxUncommittedAge: .seconds(Int64.max / 4)), timers: timers)
+    }
+}
+
+/// The waiter of a notification sent by a running record (the hot path). Decides with
+/// `RetryParkingPolicy`: waits on a timer with its budget permit released, or parks the notification
+/// (`park` writes the row) and throws `RetryParked`. Woken early while it waits (the span reached its
+/// cap, the partition stopped), it parks. When parking fails (PostgreSQL unavailable) it waits on the
+/// timer instead: the partition's span stays capped by the scheduler either way.
+struct HotPathRetryWaiter: APNsRetryWaiter {
+    let permit: NotificationPermit
+    let context: RetryContext
+    var activity: RecordActivity? = nil
+    let logger: Logger
+    /// Writes the `pending_retries` row: the delay still to wait, attempts so far, the reason.
+    let park: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
+
+    func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
+        var decision = context.policy.decide(
+            uncommittedRecords: context.uncommittedRecords(), recordAge: context.recordStartedAt.duration(to: .now), delay: delay)
+        var remaining = delay
+        if decision == .waitOnTimer {
+            permit.release()
+            let start = ContinuousClock.now
+            activity?.beginWait()
+            let wake: RetryTimers.Wake
+            do {
+                wake = try await context.timers.sleep(for: delay, partition: context.partition)
+            } catch {
+                activity?.endWait()
+                throw error
+            }
+            activity?.endWait()
+            if wake == .elapsed {
+                try await permit.acquire()
+                return
+            }
+            remaining = max(.zero, delay - start.duration(to: .now))
+            decision = .park(.spanFull)
+        }
+        do {
+            try await park(remaining, attemptsSoFar, reason)
+        } catch {
+            logger.warning("parking a retry failed: waiting on a timer instead", ["error": "\(error)", "reason": reason.metricLabel])
+            permit.release()
+            try await Task.sleep(for: remaining)
+            try await permit.acquire()
+            return
+        }
+        if case .park(let why) = decision { throw RetryParked(reason: "\(why.rawValue), \(reason.metricLabel)") }
+    }
+}
+
+/// The waiter of a parked notification being re-driven: every wait puts it back in
+/// `pending_retries`, due after the delay, and throws `RetryParked`; nothing waits in the process.
+struct ParkedRetryWaiter: APNsRetryWaiter {
+    let reschedule: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
+
+    func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
+        try await reschedule(delay, attemptsSoFar, reason)
+        throw RetryParked(reason: "rescheduled, \(reason.metricLabel)")
+    }
+}
+
+/// Whether a running request is only waiting: every notification it has in flight waits for an
+/// APNs retry and it starts no more. Then its record gives its partition slot up
+/// (`RetryContext.recordWaits`) until one of them sends again (`recordResumes`), so waiting
+/// requests never hold the partition's in-flight slots. Transitions are reported in order.
+final class RecordActivity: Sendable {
+    private struct State {
+        var inFlight = 0
+        var waiting = 0
+        var starting = true
+        var idle = false
+    }
+
+    private let state = Mutex(State())
+    private let context: RetryContext
+
+    init(_ context: RetryContext) { self.context = context }
+
+    /// A notification task started.
+    func notificationStarted() { update { $0.inFlight += 1 } }
+    /// A notification task ended (settled, parked or cancelled).
+    func notificationEnded() { update { $0.inFlight -= 1 } }
+    /// The request starts no more notifications.
+    func startingDone() { update { $0.starting = false } }
+    /// A notification begins waiting for a retry.
+    func beginWait() { update { $0.waiting += 1 } }
+    /// A notification's wait ended (to send again, or to be parked).
+    func endWait() { update { $0.waiting -= 1 } }
+
+    private func update(_ change: (inout State) -> Void) {
+        state.withLock { state in
+            change(&state)
+            let idle = !state.starting && state.inFlight > 0 && state.waiting == state.inFlight
+            guard idle != state.idle else { return }
+            state.idle = idle
+            // Called under this lock so that transitions reach the scheduler in order.
+            if idle { context.recordWaits() } else { context.recordResumes() }
+        }
+    }
+}

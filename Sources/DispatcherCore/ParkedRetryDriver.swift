@@ -1,0 +1,81 @@
+import Foundation
+import ServiceCore
+import Synchronization
+
+/// The timer that re-drives parked notifications (docs/dispatcher-engine.md "Retries off the hot
+/// path, and parking"): every `interval` it claims the due rows of `pending_retries` not claimed by
+/// a live lease (`FOR UPDATE SKIP LOCKED`, so replicas never claim the same row) and sends each
+/// again through `SendRequestProcessor.redrive`, at most `maxInFlight` at once. Runs until its task
+/// is cancelled; re-drives cut short give their claim back.
+final class ParkedRetryDriver: Sendable {
+    private let processor: SendRequestProcessor
+    private let store: PendingRetryStore
+    private let owner: String
+    private let interval: Duration
+    private let lease: Duration
+    private let maxInFlight: Int
+    private let logger: Logger
+    private let inFlight = Atomic<Int>(0)
+    private let stopping = Atomic<Bool>(false)
+    /// Called after each scan with the number of parked rows (for the `push_pending_retries` gauge).
+    private let observe: @Sendable (Int) -> Void
+
+    /// - Parameters:
+    ///   - owner: this replica's claim name (unique per process).
+    ///   - interval: time between scans when nothing was due.
+    ///   - lease: how long a claim lasts.
+    ///   - maxInFlight: re-drives running at once.
+    init(processor: SendRequestProcessor, store: PendingRetryStore, owner: String, interval: Duration, lease: Duration,
+         maxInFlight: Int = 200, logger: Logger, observe: @escaping @Sendable (Int) -> Void = { _ in }) {
+        self.processor = processor
+        self.store = store
+        self.owner = owner
+        self.interval = interval
+        self.lease = lease
+        self.maxInFlight = max(1, maxInFlight)
+        self.logger = logger
+        self.observe = observe
+    }
+
+    /// Stops claiming rows (graceful shutdown): `run` returns once the re-drives in flight finished,
+    /// within one scan interval.
+    func stop() { stopping.store(true, ordering: .relaxed) }
+
+    /// Scans and re-drives until `stop()` (re-drives in flight finish) or cancellation (they are cut
+    /// short and give their claims back).
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled, !stopping.load(ordering: .relaxed) {
+                var claimed = 0
+                do {
+                    let room = maxInFlight - inFlight.load(ordering: .relaxed)
+                    if room > 0 {
+                        let due = try await store.claimDue(owner: owner, lease: lease, limit: room)
+                        claimed = due.count
+                        for retry in due {
+                            inFlight.add(1, ordering: .relaxed)
+                            group.addTask { [self] in
+                                defer { inFlight.subtract(1, ordering: .relaxed) }
+                                do {
+                                    try await processor.redrive(retry, owner: owner)
+                                } catch is CancellationError {
+                                } catch {
+                                    logger.warning("re-driving a parked notification failed; retried after its lease", [
+                                        "request_id": retry.requestID, "error": "\(error)",
+                                    ])
+                                }
+                            }
+                        }
+                    }
+                    observe(try await store.count())
+                } catch {
+                    logger.warning("scanning parked notifications failed", ["error": "\(error)"])
+                }
+                if claimed == 0 || inFlight.load(ordering: .relaxed) >= maxInFlight {
+                    do { try await Task.sleep(for: interval) } catch { break }
+                }
+            }
+            if Task.isCancelled { group.cancelAll() }
+        }
+    }
+}
