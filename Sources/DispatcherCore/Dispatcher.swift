@@ -24,6 +24,10 @@ public final class Dispatcher: Sendable {
     private let clock: any WallClock
     private let logger: Logger
     private let engine = Mutex(EngineState())
+    // Campaigns and scheduled sends (docs/campaigns.md).
+    private let campaignStore: CampaignStore
+    private let campaigns: CampaignRunner
+    private let cancellations = CampaignCancellations()
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -77,6 +81,10 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications)
+        self.campaignStore = CampaignStore(pool: store.pool)
+        self.campaigns = CampaignRunner(
+            store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
+            instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger)
     }
 
     /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
@@ -105,10 +113,14 @@ public final class Dispatcher: Sendable {
             Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
         }
         defer { retention?.cancel() }
+        let campaignRunner = configuration.campaigns.runnerEnabled ? Task { await campaigns.run() } : nil
         await shutdown.wait()
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
+        // Campaigns stop sending, finish what is in flight and release their leases.
+        campaigns.stop()
+        await withTaskCancellationHandler { await campaignRunner?.value } onCancel: { campaignRunner?.cancel() }
         let dropped = stopAll()
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
         _ = await withTaskCancellationHandler {
@@ -154,6 +166,7 @@ public final class Dispatcher: Sendable {
     /// Hands one record to its partition's scheduler and starts the worker it asks for.
     private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
         let partition = message.topicPartition
+        if message.topic == configuration.topics.sendRequests { applyCancelOnReceipt(message) }
         let flow = engine.withLock { state -> PartitionScheduler.FlowChange? in
             guard !state.stopping else { return nil }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
@@ -453,8 +466,13 @@ public final class Dispatcher: Sendable {
     private func handleSendRequest(_ message: KafkaMessage, shouldStop: @escaping @Sendable () -> Bool) async throws {
         let request: SendRequest
         do {
+            // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
+            if let cancel = try CampaignCancellations.cancelRequest(in: message) {
+                try await applyCancel(cancel)
+                return
+            }
             request = try SendRequestDecoder.decode(message)
-        } catch {
+        } catch let error as SendRequestDecoder.Rejection {
             logger.warning("send request rejected", [
                 "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
                 "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
@@ -470,6 +488,12 @@ public final class Dispatcher: Sendable {
             }
             return
         }
+        // Campaign hook: audiences and future send_at_ms become campaign rows; the record is then done.
+        let nowMs = clock.nowMilliseconds()
+        if CampaignRunner.isCampaign(request, nowMs: nowMs) {
+            try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
+            return
+        }
         do {
             try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
@@ -477,6 +501,29 @@ public final class Dispatcher: Sendable {
             logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
         }
+    }
+}
+
+// MARK: - Campaign hooks (docs/campaigns.md "Cancellation")
+
+extension Dispatcher {
+    /// A cancel takes effect on receipt, before key order: the in-process flag at once, the
+    /// campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
+    /// again before its offset is stored).
+    fileprivate func applyCancelOnReceipt(_ message: KafkaMessage) {
+        guard let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }
+        cancellations.insert(cancel.requestID)
+        Task { [campaignStore, clock] in
+            _ = try? await campaignStore.requestCancel(
+                requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        }
+    }
+
+    fileprivate func applyCancel(_ cancel: CancelRequest) async throws {
+        cancellations.insert(cancel.requestID)
+        let applied = try await campaignStore.requestCancel(
+            requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        logger.info("cancel request", ["request_id": cancel.requestID, "reason": cancel.reason, "campaign": "\(applied)"])
     }
 }
 

@@ -68,6 +68,8 @@ public struct DispatcherConfiguration: Sendable {
     public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
     /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
     public var sendLogRetentionInterval: Duration = .seconds(600)
+    /// Campaigns and scheduled sends (`PUSH_CAMPAIGN_*`, docs/campaigns.md).
+    public var campaigns = CampaignSettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

@@ -58,5 +58,7 @@ public enum TokenStoreMigrations {
             -- publishing their reports again.
             ALTER TABLE send_log ADD COLUMN acknowledged boolean NOT NULL DEFAULT false;
             """),
+        // Campaigns (docs/campaigns.md): defined beside their store.
+        CampaignStore.migration,
     ]
 }

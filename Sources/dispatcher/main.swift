@@ -43,6 +43,7 @@ do {
         }
         configuration.sendLogRetention = value == 0 ? nil : .seconds(value * 3600)
     }
+    configuration.campaigns = try CampaignSettings.fromEnvironment(env)
     if let name = env.string("PUSH_APNS_DEFAULT_ENVIRONMENT") {
         guard let environment = APNsEnvironment(rawValue: name) else {
             throw EnvironmentConfig.Error(variable: "PUSH_APNS_DEFAULT_ENVIRONMENT", problem: "expected sandbox or production, got \"\(name)\"")
