@@ -19,6 +19,10 @@ public final class CampaignRunner: Sendable {
     private let lane: AsyncSemaphore
     private let limiter: AppRateLimiter
     private let stopping = Atomic<Bool>(false)
+    /// `push_campaigns_running`: campaigns this process holds the lease of.
+    private let runningGauge: Gauge
+    /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
+    private let leaseEvents: Counter
     private let running = Mutex<Set<String>>([])
 
     /// - Parameters:
@@ -36,6 +40,9 @@ public final class CampaignRunner: Sendable {
         self.cancellations = cancellations
         self.lane = AsyncSemaphore(permits: settings.maxInFlight)
         self.limiter = AppRateLimiter(defaultRate: settings.defaultRatePerApp, limits: settings.rateLimits)
+        self.runningGauge = MetricsRegistry.shared.gauge("push_campaigns_running", help: "Campaigns whose lease this dispatcher holds.")
+        self.leaseEvents = MetricsRegistry.shared.counter(
+            "push_campaign_leases_total", help: "Campaign lease events: taken, released, lost, finished.", labelNames: ["event"])
     }
 
     /// Whether a decoded request is held as a campaign row instead of being sent now: an audience
@@ -101,11 +108,17 @@ public final class CampaignRunner: Sendable {
         let fields = ["request_id": requestID, "generation": "\(lease.generation)"]
         logger.info("campaign lease taken", fields.merging(["cursor": record.cursor ?? "", "processed": "\(record.counts.processed)"]) { a, _ in a })
         let renewal = Task { await self.renewLoop(holder) }
-        defer { renewal.cancel() }
+        runningGauge.increment()
+        leaseEvents.increment(labels: ["taken"])
+        defer {
+            renewal.cancel()
+            runningGauge.decrement()
+        }
         do {
             let finished = try await send(record, holder: holder)
             renewal.cancel()
             if finished {
+                leaseEvents.increment(labels: ["finished"])
                 return
             }
         } catch {
@@ -115,8 +128,10 @@ public final class CampaignRunner: Sendable {
         renewal.cancel()
         if holder.isValid() {
             _ = try? await store.release(holder.current)
+            leaseEvents.increment(labels: ["released"])
             logger.info("campaign lease released", fields)
         } else {
+            leaseEvents.increment(labels: ["lost"])
             logger.warning("campaign lease lost: stopped sending", fields)
         }
     }

@@ -167,14 +167,17 @@ public final class CampaignStore: Sendable {
         return !rows.isEmpty
     }
 
-    /// Records a cancel for an open campaign (the first cancel's time and reason stay).
+    /// Records a cancel for an open campaign (the first cancel's time and reason stay). A scheduled
+    /// row becomes due at once, so that a runner settles it (SKIPPED, cancelled) and publishes its
+    /// `RequestCompleted` now rather than at its `send_at_ms`.
     /// - Returns: whether an open row took it (false: no such campaign, or it already ended).
     /// - Throws: `PostgresError`.
     @discardableResult
     public func requestCancel(requestID: String, reason: String, atMs: Int64) async throws -> Bool {
         let updated = try await pool.execute("""
             UPDATE campaigns SET cancel_requested_at_ms = COALESCE(cancel_requested_at_ms, $2),
-                   cancel_reason = COALESCE(cancel_reason, $3), updated_at = now()
+                   cancel_reason = COALESCE(cancel_reason, $3), updated_at = now(),
+                   send_at_ms = LEAST(send_at_ms, \(Self.nowMs))
              WHERE request_id = $1 AND status IN ('accepted', 'scheduled', 'running')
             """, [.string(requestID), .int64(atMs), .string(reason)])
         return updated > 0

@@ -490,11 +490,11 @@ public final class Dispatcher: Sendable {
         }
         // Campaign hook: audiences and future send_at_ms become campaign rows; the record is then done.
         let nowMs = clock.nowMilliseconds()
-        if CampaignRunner.isCampaign(request, nowMs: nowMs) {
-            try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
-            return
-        }
         do {
+            if CampaignRunner.isCampaign(request, nowMs: nowMs) {
+                try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
+                return
+            }
             try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.

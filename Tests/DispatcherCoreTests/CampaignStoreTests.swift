@@ -115,6 +115,18 @@ struct CampaignStoreTests {
         #expect(try await store.status(requestID: "cancel-me")?.status == "cancelled")
     }
 
+    @Test func aCancelledScheduledRequestBecomesDueAtOnce() async throws {
+        let (store, _, pool) = try await Self.stores()
+        defer { Task { await pool.close() } }
+        _ = try await pool.execute("DELETE FROM campaigns")
+        let now = SystemWallClock().nowMilliseconds()
+        try await store.create(Self.request("cancel-scheduled", sendAtMs: now + 3_600_000), requestedAtMs: now, nowMs: now)
+        #expect(try await store.takeLease(owner: "a", duration: .seconds(30)) == nil)
+        #expect(try await store.requestCancel(requestID: "cancel-scheduled", reason: "sent_by_mistake", atMs: now))
+        let taken = try #require(try await store.takeLease(owner: "a", duration: .seconds(30)))
+        #expect(taken.requestID == "cancel-scheduled" && taken.cancelRequested)
+    }
+
     @Test func theVersionFunctionAgreesWithDottedVersion() async throws {
         let (_, _, pool) = try await Self.stores()
         defer { Task { await pool.close() } }

@@ -209,6 +209,34 @@ def test_a_scheduled_request_is_sent_neither_early_nor_more_than_a_second_late()
     assert all(0 <= lateness <= 1_000 for lateness in results), results
 
 
+def test_a_cancelled_scheduled_request_completes_cancelled_at_once_without_sending():
+    bundle = f"com.example.schedcancel{uuid.uuid4().hex[:8]}"
+    token = stack.random_token()
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    feedback_pb2 = stack.pb("feedback_pb2")
+    request_id = f"scheduled-cancel-{uuid.uuid4()}"
+    request = send.SendRequest(
+        request_id=request_id, device_tokens=send.DeviceTokens(device_tokens=[token]),
+        send_at_ms=int(time.time() * 1000) + 600_000,
+        notification=send.Notification(bundle_id=bundle, environment=common.Environment.Value("SANDBOX"),
+                                        push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"never"}}'))
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(request)
+        wait_for(lambda: campaign_row(request_id).get("status") == "scheduled", what="the scheduled row", timeout=10)
+        cancel(request_id, "sent_by_mistake")
+        feedback.until(lambda f: f.completed, "the cancelled request's RequestCompleted", timeout=30)
+        feedback.poll(0.5)
+    finally:
+        feedback.close()
+    report = feedback.reports[0].delivery_report
+    assert (report.device_token, report.outcome, report.outcome_reason, report.sent_at_ms) == (
+        token, feedback_pb2.SKIPPED, feedback_pb2.OUTCOME_REASON_CANCELLED, 0)
+    completed = feedback.completed[0].request_completed
+    assert (completed.status, completed.total, completed.skipped) == (feedback_pb2.REQUEST_STATUS_CANCELLED, 1, 1)
+    assert campaign_row(request_id)["status"] == "cancelled"
+
+
 def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(slow_apple):
     bundle = f"com.example.cancel{uuid.uuid4().hex[:8]}"
     tokens = set(seed(bundle, 10_000, bundle))
@@ -233,7 +261,7 @@ def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(sl
     feedback_pb2 = stack.pb("feedback_pb2")
     assert skipped and all(r.outcome_reason == feedback_pb2.OUTCOME_REASON_CANCELLED for r in skipped)
     completed = feedback.completed[0].request_completed
-    assert completed.status == stack.pb("feedback_pb2").REQUEST_STATUS_CANCELLED
+    assert completed.status == feedback_pb2.REQUEST_STATUS_CANCELLED
     assert (completed.total, completed.delivered, completed.skipped) == (10_000, len(sent), len(skipped))
     assert campaign_row(request_id)["status"] == "cancelled"
 
