@@ -311,3 +311,49 @@ def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slo
     duplicates = sim_delivered() - apple_before - 10_000
     print(f"kill -9: checkpoint at {checkpoint} tokens, resumed at {resumed_at}; Apple received {duplicates} duplicates (lane: 200 in flight)")
     assert 0 <= duplicates <= 200
+
+
+def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_path):
+    stack_dispatcher = Dispatcher.stack()
+    argv, env = stack_dispatcher.launch_spec()
+    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-p", "PUSH_CAMPAIGN_LEASE_MS": "3000"},
+                               tmp_path / "replica-p.log")
+    bundle = f"com.example.pause{uuid.uuid4().hex[:8]}"
+    tokens = set(seed(bundle, 10_000, bundle))
+    request_id = f"paused-{uuid.uuid4()}"
+    apple_before = sim_delivered()
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: len(f.reports) >= 2_000, "the first 2,000 reports")
+        owner = stack.psql(f"SELECT lease_owner FROM campaigns WHERE request_id = '{request_id}'")[0][0]
+        holder = replica if owner.startswith("campaign-p/") else stack_dispatcher
+        lease_s = 3 if holder is replica else 15
+        generation = int(campaign_row(request_id)["lease_generation"])
+        os.kill(holder.pid, signal.SIGSTOP)
+        try:
+            # The other replica takes the campaign once the paused holder's lease ran out.
+            wait_for(lambda: int(campaign_row(request_id)["lease_generation"]) > generation,
+                     what="the other replica to take the lease", timeout=lease_s + 30)
+            time.sleep(1.0)  # let the new holder write a checkpoint or two before the old one wakes
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+        feedback.until(lambda f: f.completed, "the RequestCompleted")
+        feedback.poll(2.0)
+    finally:
+        feedback.close()
+        if replica.alive():
+            os.kill(replica.pid, signal.SIGTERM)
+            replica.exit_status(timeout=60)
+    by_token = feedback.by_token()
+    assert set(by_token) == tokens and all(len(ids) == 1 for ids in by_token.values())
+    assert len(feedback.completed) == 1 or len({e.event_id for e in feedback.completed}) == 1
+    completed = feedback.completed[0].request_completed
+    assert (completed.total, completed.delivered) == (10_000, 10_000)
+    row = campaign_row(request_id)
+    assert (row["status"], row["processed"], row["delivered"]) == ("completed", "10000", "10000")
+    log = holder.log.read_text(errors="replace")
+    assert any("campaign lease lost" in line and request_id in line for line in log.splitlines()), "the paused holder did not stop"
+    duplicates = sim_delivered() - apple_before - 10_000
+    print(f"paused holder: Apple received {duplicates} duplicates (lane: 200 in flight)")
+    assert 0 <= duplicates <= 200
