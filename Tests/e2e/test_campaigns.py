@@ -335,7 +335,9 @@ def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_pat
             # The other replica takes the campaign once the paused holder's lease ran out.
             wait_for(lambda: int(campaign_row(request_id)["lease_generation"]) > generation,
                      what="the other replica to take the lease", timeout=lease_s + 30)
-            time.sleep(1.0)  # let the new holder write a checkpoint or two before the old one wakes
+            # The new holder writes a checkpoint of its own before the old one wakes.
+            taken_at = int(campaign_row(request_id)["processed"])
+            wait_for(lambda: int(campaign_row(request_id)["processed"]) > taken_at, what="the new holder's checkpoint", timeout=60)
         finally:
             os.kill(holder.pid, signal.SIGCONT)
         feedback.until(lambda f: f.completed, "the RequestCompleted")
