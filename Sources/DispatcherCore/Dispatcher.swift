@@ -29,6 +29,10 @@ public final class Dispatcher: Sendable {
     /// Notifications waiting in the process for an APNs retry (woken early to be parked).
     private let retryTimers = RetryTimers()
     private let pendingRetriesGauge: Gauge
+    // Campaigns and scheduled sends (docs/campaigns.md).
+    private let campaignStore: CampaignStore
+    private let campaigns: CampaignRunner
+    private let cancellations = CampaignCancellations()
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -89,6 +93,10 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor)
+        self.campaignStore = CampaignStore(pool: store.pool)
+        self.campaigns = CampaignRunner(
+            store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
+            instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger)
     }
 
     /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
@@ -131,6 +139,7 @@ public final class Dispatcher: Sendable {
             maxInFlight: configuration.maxParkedInFlight, logger: logger
         ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
         let redrive = Task { await parkedRetries.run() }
+        let campaignRunner = configuration.campaigns.runnerEnabled ? Task { await campaigns.run() } : nil
         await shutdown.wait()
         monitor.readiness.setPhase(.stopping)
         // Re-drives in flight finish (their outcomes recorded); no new row is claimed.
@@ -138,6 +147,9 @@ public final class Dispatcher: Sendable {
         logger.info("dispatcher stopping: intake stopped, waiting for running records")
         intake.cancel()
         await intake.value
+        // Campaigns stop sending, finish what is in flight and release their leases.
+        campaigns.stop()
+        await withTaskCancellationHandler { await campaignRunner?.value } onCancel: { campaignRunner?.cancel() }
         let dropped = stopAll()
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
         _ = await withTaskCancellationHandler {
@@ -196,6 +208,7 @@ public final class Dispatcher: Sendable {
     /// Hands one record to its partition's scheduler and starts the worker it asks for.
     private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
         let partition = message.topicPartition
+        if message.topic == configuration.topics.sendRequests { applyCancelOnReceipt(message) }
         let (flow, atCap) = engine.withLock { state -> (PartitionScheduler.FlowChange?, Bool) in
             guard !state.stopping else { return (nil, false) }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
@@ -569,8 +582,13 @@ public final class Dispatcher: Sendable {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
+            // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
+            if let cancel = try CampaignCancellations.cancelRequest(in: message) {
+                try await applyCancel(cancel)
+                return
+            }
             request = try SendRequestDecoder.decode(message)
-        } catch {
+        } catch let error as SendRequestDecoder.Rejection {
             let trace = TraceParent.resolve([headerTrace]).trace
             logger.warning("send request rejected", [
                 "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
@@ -597,8 +615,14 @@ public final class Dispatcher: Sendable {
             }
             request.traceParent = trace.text
         }
+        // Campaign hook: audiences and future send_at_ms become campaign rows; the record is then done.
+        let nowMs = clock.nowMilliseconds()
         do {
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), retryContext: retryContext, shouldStop: shouldStop)
+            if CampaignRunner.isCampaign(request, nowMs: nowMs) {
+                try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
+                return
+            }
+            try await processor.process(request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [
@@ -607,6 +631,29 @@ public final class Dispatcher: Sendable {
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
+    }
+}
+
+// MARK: - Campaign hooks (docs/campaigns.md "Cancellation")
+
+extension Dispatcher {
+    /// A cancel takes effect on receipt, before key order: the in-process flag at once, the
+    /// campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
+    /// again before its offset is stored).
+    fileprivate func applyCancelOnReceipt(_ message: KafkaMessage) {
+        guard let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }
+        cancellations.insert(cancel.requestID)
+        Task { [campaignStore, clock] in
+            _ = try? await campaignStore.requestCancel(
+                requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        }
+    }
+
+    fileprivate func applyCancel(_ cancel: CancelRequest) async throws {
+        cancellations.insert(cancel.requestID)
+        let applied = try await campaignStore.requestCancel(
+            requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        logger.info("cancel request", ["request_id": cancel.requestID, "reason": cancel.reason, "campaign": "\(applied)"])
     }
 }
 

@@ -93,6 +93,8 @@ public struct DispatcherConfiguration: Sendable {
     public var pendingRetryLease: Duration = .seconds(60)
     /// Parked notifications re-driven at once by this replica. Default 200.
     public var maxParkedInFlight = 200
+    /// Campaigns and scheduled sends (`PUSH_CAMPAIGN_*`, docs/campaigns.md).
+    public var campaigns = CampaignSettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

@@ -54,7 +54,7 @@ public enum SendRequestDecoder {
                 try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(user, field: "user_ids.user_ids[\(index)]") }
             }
         case .audience:
-            throw Rejection("audience: app-audience campaigns are not supported by this dispatcher version")
+            break  // checked below, once the notification is (campaigns: AudienceQuery)
         }
         guard let notification = request.notification else { throw Rejection("notification: is required") }
         try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkBundleID(notification.bundleID, field: "notification.bundle_id") }
@@ -77,6 +77,8 @@ public enum SendRequestDecoder {
         } catch {
             throw Rejection("\(NotificationTemplate.field(for: error)): \(error.message)")
         }
+        // Campaign hook (docs/campaigns.md): the audience and its filter.
+        if case .audience = target { _ = try AudienceQuery(request) }
     }
 }
 

@@ -86,7 +86,7 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// One token to send to, or an outcome known without sending.
-    private enum Target {
+    fileprivate enum Target {
         case send(StoredToken)
         case outcome(token: String, userID: String, environment: APNsEnvironment?, outcome: DeliveryOutcome, reason: OutcomeReason)
     }
@@ -537,4 +537,118 @@ private final class OutcomeTally: Sendable {
     /// Notifications parked by this delivery or an earlier one.
     var parked: Int { parkedCount.load(ordering: .relaxed) }
     private let parkedCount = Atomic<Int>(0)
+}
+
+// MARK: - Campaign hook (docs/campaigns.md)
+
+extension SendRequestProcessor {
+    /// The tokens a campaign's page sends to, or a scheduled request's targets.
+    struct CampaignPage: Sendable {
+        fileprivate let targets: [Target]
+        var count: Int { targets.count }
+        /// The page's device tokens (lowercase hex, or the raw text of an invalid one).
+        var tokens: [String] {
+            targets.map { target in
+                switch target {
+                case .send(let stored): stored.deviceToken
+                case .outcome(let token, _, _, _, _): token
+                }
+            }
+        }
+    }
+
+    /// A page of audience rows (already active, of the right app, kind and environment).
+    static func campaignPage(_ tokens: [StoredToken]) -> CampaignPage {
+        CampaignPage(targets: tokens.map(Target.send))
+    }
+
+    /// The targets of a scheduled `device_tokens` or `user_ids` request, resolved exactly as an
+    /// immediate request's.
+    /// - Throws: `PostgresError`.
+    func campaignPage(resolving request: SendRequest) async throws -> CampaignPage {
+        guard let notification = request.notification, let target = request.target else { return CampaignPage(targets: []) }
+        let template = try NotificationTemplate(notification)
+        return CampaignPage(targets: try await resolve(target, template: template, environment: notification.environment.apnsEnvironment))
+    }
+
+    /// Sends one page of a campaign through the same path as any request (validation, APNs client,
+    /// `send_log` record before the report), without a `RequestCompleted`.
+    ///
+    /// - Tokens already recorded in `recorded` are not sent again: their outcome is counted and
+    ///   their report republished unless known acknowledged.
+    /// - Once `cancelled()` answers true (asked before each send), the remaining tokens are settled
+    ///   SKIPPED with OUTCOME_REASON_CANCELLED, recorded and reported, never sent.
+    /// - Once `shouldStop()` answers true (lease lost, stopping), nothing more starts; those in flight
+    ///   finish and are recorded; `abandoned` is true and the page must not be checkpointed.
+    /// - Sends take a permit of `lane` (the campaign lane, not the transactional budget) and wait
+    ///   for `limiter` (the app's token bucket).
+    /// - Returns: the page's counts (complete unless abandoned) and whether it was abandoned; every
+    ///   report published was acknowledged by Kafka before it returns.
+    /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`); the page can be redone.
+    func sendCampaignPage(
+        _ page: CampaignPage, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
+        lane: AsyncSemaphore, limiter: AppRateLimiter,
+        cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
+    ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
+        guard let notification = request.notification else { return (CampaignCounts(), false) }
+        let template = try NotificationTemplate(notification)
+        let counts = CampaignTally()
+        let acks = Acknowledgements()
+        var abandoned = false
+        try await withThrowingDiscardingTaskGroup { group in
+            for target in page.targets {
+                if shouldStop() { abandoned = true; break }
+                let token: String
+                switch target {
+                case .send(let stored): token = stored.deviceToken
+                case .outcome(let raw, _, _, _, _): token = raw
+                }
+                if let earlier = recorded[token], let event = try? FeedbackEvent(protobufBytes: earlier.event),
+                   case .deliveryReport(let report)? = event.event
+                {
+                    if !earlier.acknowledged {
+                        acks.start { [feedback] in try await feedback.publish(serialized: earlier.event, key: token) }
+                    }
+                    counts.withLock { $0.count(report.outcome) }
+                    continue
+                }
+                var settled = target
+                var holdsPermit = false
+                if case .send(let stored) = target {
+                    if !cancelled() {
+                        try await lane.acquire()
+                        holdsPermit = true
+                        do {
+                            try await limiter.acquire(template.bundleID)
+                        } catch {
+                            lane.release()
+                            throw error
+                        }
+                        if shouldStop() { lane.release(); abandoned = true; break }
+                    }
+                    // Asked again after waiting for the lane and the bucket: a cancel stops sends at once.
+                    if cancelled() {
+                        if holdsPermit { lane.release(); holdsPermit = false }
+                        settled = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
+                                           outcome: .skipped, reason: .cancelled)
+                    }
+                }
+                let permit = holdsPermit
+                let chosen = settled
+                group.addTask {
+                    defer { if permit { lane.release() } }
+                    let report = try await self.deliver(chosen, request: request, template: template, requestedAt: requestedAt, acks: acks)
+                    counts.withLock { $0.count(report.outcome) }
+                }
+            }
+        }
+        try await acks.waitForAll()
+        return (counts.withLock { $0 }, abandoned)
+    }
+}
+
+/// A campaign page's counts, updated by its concurrent notification tasks.
+private final class CampaignTally: Sendable {
+    private let state = Mutex(CampaignCounts())
+    func withLock<T>(_ body: (inout CampaignCounts) -> T) -> T { state.withLock { body(&$0) } }
 }

@@ -108,5 +108,7 @@ public enum TokenStoreMigrations {
                 created_at       timestamptz NOT NULL DEFAULT now()
             );
             """),
+        // Campaigns (docs/campaigns.md): defined beside their store.
+        CampaignStore.migration,
     ]
 }

@@ -510,6 +510,12 @@ public struct AppAudience: ProtobufMessage {
     /// Field 2, `push.v1.Environment environment`.
     public var environment: Environment = .unspecified
 
+    /// Narrows the audience by the attributes registration stored (Device.attributes) and by
+    /// registration time; every condition that is set must hold. Absent: the whole audience.
+    ///
+    /// Field 3, `push.v1.AudienceFilter filter`.
+    public var filter: AudienceFilter? = nil
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -519,10 +525,12 @@ public struct AppAudience: ProtobufMessage {
     /// A message with the given field values; omitted ones keep their defaults.
     public init(
         bundleID: String = "",
-        environment: Environment = .unspecified
+        environment: Environment = .unspecified,
+        filter: AudienceFilter? = nil
     ) {
         self.bundleID = bundleID
         self.environment = environment
+        self.filter = filter
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -533,6 +541,10 @@ public struct AppAudience: ProtobufMessage {
                 self.bundleID = try reader.read(ProtobufString.self)
             case (2, .varint):
                 self.environment = try reader.read(ProtobufEnumField<Environment>.self)
+            case (3, .lengthDelimited):
+                var value = self.filter ?? AudienceFilter()
+                try reader.readMessage(into: &value)
+                self.filter = value
             default:
                 return false
             }
@@ -546,6 +558,7 @@ public struct AppAudience: ProtobufMessage {
         switch number {
         case 1: "bundle_id"
         case 2: "environment"
+        case 3: "filter"
         default: String(number)
         }
     }
@@ -554,6 +567,7 @@ public struct AppAudience: ProtobufMessage {
     public func encodeFields(to writer: inout ProtobufWriter) {
         if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, number: 1) }
         if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, number: 2) }
+        if let value = self.filter { writer.writeMessage(value, number: 3) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -569,6 +583,9 @@ public struct AppAudience: ProtobufMessage {
                 case "environment":
                     try seen.see(field: 2)
                     if !member.value.isNull { self.environment = try ProtobufEnumField<Environment>.readJSON(member.value) }
+                case "filter":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.filter = try member.value.decodeMessage(AudienceFilter.self, options: options) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -582,6 +599,176 @@ public struct AppAudience: ProtobufMessage {
     public func encodeJSONFields(to writer: inout JSONWriter) {
         if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, jsonName: "bundleId", protoName: "bundle_id") }
         if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, jsonName: "environment", protoName: "environment") }
+        if let value = self.filter { writer.writeMessage(value, jsonName: "filter", protoName: "filter") }
+    }
+}
+
+/// Conditions on a token's stored attributes (docs/campaigns.md "Audience filter"). Versions are
+/// dotted integers ("17.4.1") compared as integer tuples, trailing zeros ignored ("1.2" = "1.2.0");
+/// a stored version that is not dotted digits never matches a version condition.
+///
+/// The message `push.v1.AudienceFilter`.
+public struct AudienceFilter: ProtobufMessage {
+    /// `push.v1.AudienceFilter`.
+    public static let protoMessageName = "push.v1.AudienceFilter"
+
+    /// attributes["locale"] equals one of these ("en_US", "de_DE"); empty: any locale.
+    ///
+    /// Field 1, `repeated string locales`.
+    public var locales: [String] = []
+
+    /// attributes["model"] equals one of these ("iPhone15,2"); empty: any model.
+    ///
+    /// Field 2, `repeated string models`.
+    public var models: [String] = []
+
+    /// attributes["app_version"] >= this; empty: no lower bound.
+    ///
+    /// Field 3, `string min_app_version`.
+    public var minAppVersion: String = ""
+
+    /// attributes["app_version"] < this; empty: no upper bound.
+    ///
+    /// Field 4, `string below_app_version`.
+    public var belowAppVersion: String = ""
+
+    /// attributes["os_version"] >= this; empty: no lower bound.
+    ///
+    /// Field 5, `string min_os_version`.
+    public var minOsVersion: String = ""
+
+    /// attributes["os_version"] < this; empty: no upper bound.
+    ///
+    /// Field 6, `string below_os_version`.
+    public var belowOsVersion: String = ""
+
+    /// Registered (last registration event) at or after this time, ms since the UNIX epoch; 0: any time.
+    ///
+    /// Field 7, `int64 registered_since_ms`.
+    public var registeredSinceMs: Int64 = 0
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        locales: [String] = [],
+        models: [String] = [],
+        minAppVersion: String = "",
+        belowAppVersion: String = "",
+        minOsVersion: String = "",
+        belowOsVersion: String = "",
+        registeredSinceMs: Int64 = 0
+    ) {
+        self.locales = locales
+        self.models = models
+        self.minAppVersion = minAppVersion
+        self.belowAppVersion = belowAppVersion
+        self.minOsVersion = minOsVersion
+        self.belowOsVersion = belowOsVersion
+        self.registeredSinceMs = registeredSinceMs
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, _):
+                if try !reader.readRepeated(ProtobufString.self, tag: tag, into: &self.locales) { return false }
+            case (2, _):
+                if try !reader.readRepeated(ProtobufString.self, tag: tag, into: &self.models) { return false }
+            case (3, .lengthDelimited):
+                self.minAppVersion = try reader.read(ProtobufString.self)
+            case (4, .lengthDelimited):
+                self.belowAppVersion = try reader.read(ProtobufString.self)
+            case (5, .lengthDelimited):
+                self.minOsVersion = try reader.read(ProtobufString.self)
+            case (6, .lengthDelimited):
+                self.belowOsVersion = try reader.read(ProtobufString.self)
+            case (7, .varint):
+                self.registeredSinceMs = try reader.read(ProtobufInt64.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "locales"
+        case 2: "models"
+        case 3: "min_app_version"
+        case 4: "below_app_version"
+        case 5: "min_os_version"
+        case 6: "below_os_version"
+        case 7: "registered_since_ms"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        writer.writeRepeated(ProtobufString.self, self.locales, number: 1)
+        writer.writeRepeated(ProtobufString.self, self.models, number: 2)
+        if !self.minAppVersion.isEmpty { writer.writeField(ProtobufString.self, self.minAppVersion, number: 3) }
+        if !self.belowAppVersion.isEmpty { writer.writeField(ProtobufString.self, self.belowAppVersion, number: 4) }
+        if !self.minOsVersion.isEmpty { writer.writeField(ProtobufString.self, self.minOsVersion, number: 5) }
+        if !self.belowOsVersion.isEmpty { writer.writeField(ProtobufString.self, self.belowOsVersion, number: 6) }
+        if self.registeredSinceMs != 0 { writer.writeField(ProtobufInt64.self, self.registeredSinceMs, number: 7) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "locales":
+                    try seen.see(field: 1)
+                    self.locales = try member.value.decodeRepeated(ProtobufString.self)
+                case "models":
+                    try seen.see(field: 2)
+                    self.models = try member.value.decodeRepeated(ProtobufString.self)
+                case "minAppVersion", "min_app_version":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.minAppVersion = try ProtobufString.readJSON(member.value) }
+                case "belowAppVersion", "below_app_version":
+                    try seen.see(field: 4)
+                    if !member.value.isNull { self.belowAppVersion = try ProtobufString.readJSON(member.value) }
+                case "minOsVersion", "min_os_version":
+                    try seen.see(field: 5)
+                    if !member.value.isNull { self.minOsVersion = try ProtobufString.readJSON(member.value) }
+                case "belowOsVersion", "below_os_version":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.belowOsVersion = try ProtobufString.readJSON(member.value) }
+                case "registeredSinceMs", "registered_since_ms":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.registeredSinceMs = try ProtobufInt64.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        writer.writeRepeated(ProtobufString.self, self.locales, jsonName: "locales", protoName: "locales")
+        writer.writeRepeated(ProtobufString.self, self.models, jsonName: "models", protoName: "models")
+        if !self.minAppVersion.isEmpty { writer.writeField(ProtobufString.self, self.minAppVersion, jsonName: "minAppVersion", protoName: "min_app_version") }
+        if !self.belowAppVersion.isEmpty { writer.writeField(ProtobufString.self, self.belowAppVersion, jsonName: "belowAppVersion", protoName: "below_app_version") }
+        if !self.minOsVersion.isEmpty { writer.writeField(ProtobufString.self, self.minOsVersion, jsonName: "minOsVersion", protoName: "min_os_version") }
+        if !self.belowOsVersion.isEmpty { writer.writeField(ProtobufString.self, self.belowOsVersion, jsonName: "belowOsVersion", protoName: "below_os_version") }
+        if self.registeredSinceMs != 0 { writer.writeField(ProtobufInt64.self, self.registeredSinceMs, jsonName: "registeredSinceMs", protoName: "registered_since_ms") }
     }
 }
 

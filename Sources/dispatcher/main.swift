@@ -51,6 +51,7 @@ do {
     configuration.sendLogRetention = retentionHours == 0 ? nil : .seconds(retentionHours * 3600)
     configuration.defaultEnvironment = try env.choice(
         "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
+    configuration.campaigns = try CampaignSettings.fromEnvironment(env)
 
     // The .p8 key: inline (PUSH_APNS_KEY) or from a file (PUSH_APNS_KEY_FILE).
     let keyVariable = env.string("PUSH_APNS_KEY") != nil ? "PUSH_APNS_KEY" : "PUSH_APNS_KEY_FILE"

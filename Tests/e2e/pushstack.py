@@ -25,8 +25,15 @@ FEEDBACK = "push.feedback.v1"
 DEAD_LETTER = "push.dead-letter.v1"
 
 
+_stubs_generated = False
+
+
 def generate_stubs() -> None:
-    """Generates Python protobuf and gRPC stubs from Protos/ into GEN_DIR (idempotent)."""
+    """Generates Python protobuf and gRPC stubs from Protos/ into GEN_DIR, once per process (pb() is
+    called in polling loops: running protoc there cost hundreds of ms per poll)."""
+    global _stubs_generated
+    if _stubs_generated:
+        return
     GEN_DIR.mkdir(parents=True, exist_ok=True)
     protos = sorted(str(p.relative_to(ROOT / "Protos")) for p in (ROOT / "Protos").rglob("*.proto"))
     subprocess.run(
@@ -35,6 +42,7 @@ def generate_stubs() -> None:
         check=True, cwd=ROOT / "Protos")
     if str(GEN_DIR) not in sys.path:
         sys.path.insert(0, str(GEN_DIR))
+    _stubs_generated = True
 
 
 def pb(name: str):

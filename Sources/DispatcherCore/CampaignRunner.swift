@@ -1,0 +1,267 @@
+import Foundation
+import PushMessages
+import ServiceCore
+import Synchronization
+
+/// Runs campaigns and scheduled sends (docs/campaigns.md): takes the lease of a due `campaigns` row,
+/// pages its audience, sends each page through `SendRequestProcessor` in the campaign lane, checkpoints
+/// under the lease's generation, publishes `CampaignProgress` at a steady interval and
+/// `RequestCompleted` at the end. At most `CampaignSettings.concurrency` campaigns at once.
+public final class CampaignRunner: Sendable {
+    private let store: CampaignStore
+    private let processor: SendRequestProcessor
+    private let feedback: FeedbackPublisher
+    private let settings: CampaignSettings
+    private let owner: String
+    private let clock: any WallClock
+    private let logger: Logger
+    private let cancellations: CampaignCancellations
+    private let lane: AsyncSemaphore
+    private let limiter: AppRateLimiter
+    private let stopping = Atomic<Bool>(false)
+    /// `push_campaigns_running`: campaigns this process holds the lease of.
+    private let runningGauge: Gauge
+    /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
+    private let leaseEvents: Counter
+    private let running = Mutex<Set<String>>([])
+
+    /// - Parameters:
+    ///   - instanceID: this replica's name; the lease owner is it plus a random suffix.
+    ///   - cancellations: cancels seen by this process's intake.
+    public init(store: CampaignStore, processor: SendRequestProcessor, feedback: FeedbackPublisher, settings: CampaignSettings,
+                instanceID: String, cancellations: CampaignCancellations, clock: any WallClock, logger: Logger) {
+        self.store = store
+        self.processor = processor
+        self.feedback = feedback
+        self.settings = settings
+        self.owner = "\(instanceID)/\(UUID().uuidString.prefix(8).lowercased())"
+        self.clock = clock
+        self.logger = logger.with(["component": "campaigns"])
+        self.cancellations = cancellations
+        self.lane = AsyncSemaphore(permits: settings.maxInFlight)
+        self.limiter = AppRateLimiter(defaultRate: settings.defaultRatePerApp, limits: settings.rateLimits)
+        self.runningGauge = MetricsRegistry.shared.gauge("push_campaigns_running", help: "Campaigns whose lease this dispatcher holds.")
+        self.leaseEvents = MetricsRegistry.shared.counter(
+            "push_campaign_leases_total", help: "Campaign lease events: taken, released, lost, finished.", labelNames: ["event"])
+    }
+
+    /// Whether a decoded request is held as a campaign row instead of being sent now: an audience
+    /// target, or a `send_at_ms` after `nowMs`.
+    public static func isCampaign(_ request: SendRequest, nowMs: Int64) -> Bool {
+        if case .audience? = request.target { return true }
+        return request.sendAtMs > nowMs
+    }
+
+    /// Asks `run` to stop: no new campaign is taken; running ones stop sending, finish what is in
+    /// flight and release their lease (their unfinished page is redone by the next holder).
+    public func stop() {
+        stopping.store(true, ordering: .relaxed)
+    }
+
+    /// Takes and runs due campaigns until `stop()` or cancellation.
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            while !stopping.load(ordering: .relaxed), !Task.isCancelled {
+                var took = false
+                if running.withLock({ $0.count }) < settings.concurrency {
+                    do {
+                        if let record = try await store.takeLease(owner: owner, duration: settings.lease), let lease = record.lease {
+                            took = true
+                            running.withLock { _ = $0.insert(record.requestID) }
+                            group.addTask {
+                                await self.runCampaign(record, lease: lease)
+                                self.running.withLock { _ = $0.remove(record.requestID) }
+                            }
+                        }
+                    } catch {
+                        logger.warning("taking a campaign lease failed", ["error": "\(error)"])
+                    }
+                }
+                if took { continue }
+                var sleep = settings.pollInterval
+                if let wait = try? await store.millisecondsUntilNextDue(), wait >= 0, .milliseconds(wait) < sleep {
+                    sleep = .milliseconds(max(1, wait))
+                }
+                try? await Task.sleep(for: sleep)
+            }
+        }
+    }
+
+    // MARK: One campaign
+
+    /// Lease state shared by the sending loop and the renewal task.
+    private final class Holder: Sendable {
+        let lease: Mutex<CampaignLease>
+        let cancelled = Atomic<Bool>(false)
+        init(_ lease: CampaignLease, cancelled: Bool) {
+            self.lease = Mutex(lease)
+            self.cancelled.store(cancelled, ordering: .relaxed)
+        }
+        var current: CampaignLease { lease.withLock { $0 } }
+        func isValid() -> Bool { lease.withLock { $0.isValid(at: .now) } }
+        func markLost() { lease.withLock { $0.markLost() } }
+    }
+
+    private func runCampaign(_ record: CampaignRecord, lease: CampaignLease) async {
+        let requestID = record.requestID
+        let holder = Holder(lease, cancelled: record.cancelRequested || cancellations.contains(requestID))
+        let fields = ["request_id": requestID, "generation": "\(lease.generation)"]
+        logger.info("campaign lease taken", fields.merging(["cursor": record.cursor ?? "", "processed": "\(record.counts.processed)"]) { a, _ in a })
+        let renewal = Task { await self.renewLoop(holder) }
+        runningGauge.increment()
+        leaseEvents.increment(labels: ["taken"])
+        defer {
+            renewal.cancel()
+            runningGauge.decrement()
+        }
+        do {
+            let finished = try await send(record, holder: holder)
+            renewal.cancel()
+            if finished {
+                leaseEvents.increment(labels: ["finished"])
+                return
+            }
+        } catch {
+            logger.warning("campaign failed; it resumes from its checkpoint", fields.merging(["error": "\(error)"]) { a, _ in a })
+            try? await Task.sleep(for: .seconds(1))
+        }
+        renewal.cancel()
+        if holder.isValid() {
+            _ = try? await store.release(holder.current)
+            leaseEvents.increment(labels: ["released"])
+            logger.info("campaign lease released", fields)
+        } else {
+            leaseEvents.increment(labels: ["lost"])
+            logger.warning("campaign lease lost: stopped sending", fields)
+        }
+    }
+
+    /// Renews the lease every `cancelCheckInterval` (at most a third of the lease) and reads the
+    /// cancel flag; a failed or empty renewal marks the lease lost.
+    private func renewLoop(_ holder: Holder) async {
+        let interval = min(settings.cancelCheckInterval, settings.lease / 3)
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            let sentAt = ContinuousClock.now
+            do {
+                if let renewal = try await store.renew(holder.current) {
+                    holder.lease.withLock { $0.renewed(sentAt: sentAt) }
+                    if renewal.cancelRequested { holder.cancelled.store(true, ordering: .relaxed) }
+                } else {
+                    holder.markLost()
+                    return
+                }
+            } catch {
+                if Task.isCancelled { return }
+                holder.markLost()
+                logger.warning("campaign lease renewal failed: stopping", ["request_id": holder.current.requestID, "error": "\(error)"])
+                return
+            }
+        }
+    }
+
+    /// Sends the campaign from its checkpoint to the end.
+    /// - Returns: true when it finished (RequestCompleted published, row closed); false when it stopped
+    ///   (stopping, lease lost).
+    private func send(_ record: CampaignRecord, holder: Holder) async throws -> Bool {
+        let request = record.request
+        let requestID = record.requestID
+        let cancelled: @Sendable () -> Bool = { [cancellations] in
+            if holder.cancelled.load(ordering: .relaxed) { return true }
+            if cancellations.contains(requestID) {
+                holder.cancelled.store(true, ordering: .relaxed)
+                return true
+            }
+            return false
+        }
+        let shouldStop: @Sendable () -> Bool = { [self] in self.stopping.load(ordering: .relaxed) || !holder.isValid() }
+        var counts = record.counts
+        var cursor = record.cursor
+        var lastProgress = ContinuousClock.now
+        let startedAt = record.startedAtMs
+
+        if case .audience? = request.target {
+            let query = try AudienceQuery(request)
+            while true {
+                if shouldStop() { return false }
+                let tokens = try await store.audiencePage(query, after: cursor, limit: settings.pageSize)
+                guard let last = tokens.last else { break }
+                let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: tokens.map(\.deviceToken))
+                let (page, abandoned) = try await processor.sendCampaignPage(
+                    SendRequestProcessor.campaignPage(tokens), request: request, requestedAt: record.requestedAtMs,
+                    recorded: recorded, lane: lane, limiter: limiter, cancelled: cancelled, shouldStop: shouldStop)
+                if abandoned { return false }
+                counts = counts + page
+                cursor = last.deviceToken
+                guard try await store.checkpoint(holder.current, cursor: cursor, counts: counts) else {
+                    holder.markLost()
+                    return false
+                }
+                if ContinuousClock.now - lastProgress >= settings.progressInterval {
+                    lastProgress = .now
+                    try await publishProgress(record, counts: counts, done: false, startedAtMs: startedAt)
+                }
+            }
+        } else if cursor == nil {
+            // A scheduled device_tokens/user_ids request: one page, resolved as an immediate request's.
+            let page = try await processor.campaignPage(resolving: request)
+            let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: page.tokens)
+            let (sent, abandoned) = try await processor.sendCampaignPage(
+                page, request: request, requestedAt: record.requestedAtMs, recorded: recorded, lane: lane, limiter: limiter,
+                cancelled: cancelled, shouldStop: shouldStop)
+            if abandoned { return false }
+            counts = counts + sent
+        }
+
+        // The end: RequestCompleted (acknowledged) first, then the row closes; a holder that dies in
+        // between leaves the row open and the next one publishes the same event (same id) again.
+        guard !shouldStop() else { return false }
+        let state = CampaignState.final(cancelRequested: cancelled())
+        var completed = RequestCompleted()
+        completed.requestID = requestID
+        completed.total = UInt32(clamping: counts.processed)
+        completed.delivered = UInt32(clamping: counts.delivered)
+        completed.rejected = UInt32(clamping: counts.rejected)
+        completed.failed = UInt32(clamping: counts.failed)
+        completed.skipped = UInt32(clamping: counts.skipped)
+        completed.requestedAtMs = record.requestedAtMs
+        completed.completedAtMs = clock.nowMilliseconds()
+        completed.status = state.requestStatus
+        try await feedback.publish(
+            feedback.event(id: FeedbackEventID.requestCompleted(requestID: requestID), .requestCompleted(completed), traceParent: request.traceParent),
+            key: requestID)
+        if case .audience? = request.target {
+            try await publishProgress(record, counts: counts, done: true, startedAtMs: startedAt)
+        }
+        guard try await store.finish(holder.current, state: state, counts: counts, completedAtMs: completed.completedAtMs) else {
+            holder.markLost()
+            return false
+        }
+        logger.info("campaign \(state.rawValue)", [
+            "request_id": requestID, "processed": "\(counts.processed)", "delivered": "\(counts.delivered)",
+            "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
+        ])
+        return true
+    }
+
+    private func publishProgress(_ record: CampaignRecord, counts: CampaignCounts, done: Bool, startedAtMs: Int64) async throws {
+        var progress = CampaignProgress()
+        progress.campaignID = record.requestID
+        progress.requestID = record.requestID
+        progress.bundleID = record.request.notification?.bundleID ?? ""
+        if case .audience(let audience)? = record.request.target { progress.environment = audience.environment }
+        progress.processed = UInt64(counts.processed)
+        progress.delivered = UInt64(counts.delivered)
+        progress.rejected = UInt64(counts.rejected)
+        progress.failed = UInt64(counts.failed)
+        progress.skipped = UInt64(counts.skipped)
+        progress.done = done
+        progress.startedAtMs = startedAtMs
+        progress.updatedAtMs = clock.nowMilliseconds()
+        try await feedback.publish(feedback.event(.campaignProgress(progress), traceParent: record.request.traceParent), key: record.requestID)
+    }
+}

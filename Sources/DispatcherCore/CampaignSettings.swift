@@ -1,0 +1,63 @@
+import ServiceCore
+
+/// How the dispatcher runs campaigns and scheduled sends (docs/campaigns.md), from the environment.
+public struct CampaignSettings: Sendable {
+    /// Whether this process runs campaigns (`PUSH_CAMPAIGN_RUNNER`, default true). Rows are written
+    /// by every dispatcher either way.
+    public var runnerEnabled = true
+    /// Campaigns run at once by this process (`PUSH_CAMPAIGN_CONCURRENCY`, default 2).
+    public var concurrency = 2
+    /// Campaign notifications in flight at once, across this process's campaigns: the campaign lane,
+    /// apart from the transactional budget (`PUSH_CAMPAIGN_MAX_IN_FLIGHT`, default 200).
+    public var maxInFlight = 200
+    /// Audience rows read per page and checkpoint (`PUSH_CAMPAIGN_PAGE_SIZE`, default 1,000).
+    public var pageSize = 1_000
+    /// The lease's length (`PUSH_CAMPAIGN_LEASE_MS`, default 15 s): how long a dead holder keeps a campaign.
+    public var lease: Duration = .seconds(15)
+    /// How often an idle runner looks for due campaigns (`PUSH_CAMPAIGN_POLL_MS`, default 200 ms).
+    public var pollInterval: Duration = .milliseconds(200)
+    /// How often a holder renews its lease and reads the cancel flag (`PUSH_CAMPAIGN_CANCEL_CHECK_MS`,
+    /// default 200 ms; never more than a third of the lease).
+    public var cancelCheckInterval: Duration = .milliseconds(200)
+    /// Interval of `CampaignProgress` events (`PUSH_CAMPAIGN_PROGRESS_INTERVAL_MS`, default 5 s).
+    public var progressInterval: Duration = .seconds(5)
+    /// Default sends per second per app (`PUSH_CAMPAIGN_RATE_PER_APP`, 0 = unlimited, the default).
+    public var defaultRatePerApp: Double = 0
+    /// Sends per second by bundle id (`PUSH_CAMPAIGN_RATE_LIMITS=com.a=5000,com.b=100`).
+    public var rateLimits: [String: Double] = [:]
+
+    public init() {}
+
+    /// Reads the `PUSH_CAMPAIGN_*` variables.
+    /// - Throws: `EnvironmentConfig.Error` naming the bad variable.
+    public static func fromEnvironment(_ env: EnvironmentConfig) throws -> CampaignSettings {
+        var settings = CampaignSettings()
+        settings.runnerEnabled = try env.bool("PUSH_CAMPAIGN_RUNNER", default: settings.runnerEnabled)
+        settings.concurrency = try env.int("PUSH_CAMPAIGN_CONCURRENCY", default: settings.concurrency, in: 1...1_000)
+        settings.maxInFlight = try env.int("PUSH_CAMPAIGN_MAX_IN_FLIGHT", default: settings.maxInFlight, in: 1...100_000)
+        settings.pageSize = try env.int("PUSH_CAMPAIGN_PAGE_SIZE", default: settings.pageSize, in: 1...100_000)
+        settings.lease = try env.milliseconds("PUSH_CAMPAIGN_LEASE_MS", default: settings.lease)
+        settings.pollInterval = try env.milliseconds("PUSH_CAMPAIGN_POLL_MS", default: settings.pollInterval)
+        settings.cancelCheckInterval = try env.milliseconds("PUSH_CAMPAIGN_CANCEL_CHECK_MS", default: settings.cancelCheckInterval)
+        settings.progressInterval = try env.milliseconds("PUSH_CAMPAIGN_PROGRESS_INTERVAL_MS", default: settings.progressInterval)
+        for (name, value) in [("PUSH_CAMPAIGN_LEASE_MS", settings.lease), ("PUSH_CAMPAIGN_POLL_MS", settings.pollInterval),
+                              ("PUSH_CAMPAIGN_CANCEL_CHECK_MS", settings.cancelCheckInterval),
+                              ("PUSH_CAMPAIGN_PROGRESS_INTERVAL_MS", settings.progressInterval)] where value <= .zero {
+            throw EnvironmentConfig.Error(variable: name, problem: "must be positive")
+        }
+        if let text = env.string("PUSH_CAMPAIGN_RATE_PER_APP") {
+            guard let rate = Double(text), rate >= 0, rate.isFinite else {
+                throw EnvironmentConfig.Error(variable: "PUSH_CAMPAIGN_RATE_PER_APP", problem: "expected sends per second (0 = unlimited), got \"\(text)\"")
+            }
+            settings.defaultRatePerApp = rate
+        }
+        if let text = env.string("PUSH_CAMPAIGN_RATE_LIMITS") {
+            do {
+                settings.rateLimits = try AppRateLimiter.parseLimits(text)
+            } catch {
+                throw EnvironmentConfig.Error(variable: "PUSH_CAMPAIGN_RATE_LIMITS", problem: error.description)
+            }
+        }
+        return settings
+    }
+}

@@ -1,0 +1,210 @@
+import APNs
+import Foundation
+import Postgres
+import PushMessages
+import Testing
+
+@testable import DispatcherCore
+
+/// The pure decisions of campaigns (docs/campaigns.md), without I/O.
+struct CampaignDecisionTests {
+    // MARK: Dotted versions
+
+    @Test func versionsCompareAsIntegerTuples() throws {
+        func v(_ text: String) throws -> DottedVersion { try #require(DottedVersion(text)) }
+        #expect(try v("1.10") > v("1.9"))
+        #expect(try v("1.2") == v("1.2.0"))
+        #expect(try v("1.2.0.0") == v("1.2"))
+        #expect(try v("2") > v("1.99.99"))
+        #expect(try v("17.4.1") < v("17.5"))
+        #expect(try v("0") == v("0.0"))
+        #expect(try v("0") < v("0.0.1"))
+        #expect(try v("010.1") == v("10.1"))
+        #expect(try v("1.05") > v("1.4"))
+        #expect(try v("1.2.0").postgresArray == "{1,2}")
+        #expect(try v("0.0").postgresArray == "{}")
+    }
+
+    @Test(arguments: ["", ".", "1.", ".1", "1..2", "1.2b", "v1", "-1", "1.2.3 ", "1234567890", "1,2", "１.２"])
+    func notAVersion(_ text: String) {
+        #expect(DottedVersion(text) == nil)
+    }
+
+    // MARK: Audience
+
+    static func audienceRequest(_ filter: AudienceFilter? = nil, pushType: PushType = .alert, environment: Environment = .unspecified,
+                                bundle: String = "com.example.app") -> SendRequest {
+        var request = SendRequest()
+        request.requestID = "campaign-1"
+        var audience = AppAudience()
+        audience.environment = environment
+        audience.filter = filter
+        request.target = .audience(audience)
+        var notification = Notification()
+        notification.bundleID = bundle
+        notification.pushType = pushType
+        notification.payload = pushType == .background ? #"{"aps":{"content-available":1}}"# : #"{"aps":{"alert":"hi"}}"#
+        request.notification = notification
+        return request
+    }
+
+    @Test func anAudienceIsNarrowedToThePushTypesTokenKind() throws {
+        let alert = try AudienceQuery(Self.audienceRequest())
+        #expect(alert.tokenKind == "standard" && alert.environment == nil && alert.bundleID == "com.example.app")
+        let voip = try AudienceQuery(Self.audienceRequest(pushType: .voip, environment: .sandbox))
+        #expect(voip.tokenKind == "voip" && voip.environment == .sandbox)
+        let (sql, parameters) = voip.page(after: nil, limit: 500)
+        #expect(sql == "SELECT \(TokenStore.columns) FROM device_tokens WHERE status = 'active' AND bundle_id = $1 AND token_kind = $2"
+            + " AND device_token > $3 AND environment = $4 ORDER BY device_token LIMIT $5")
+        #expect(parameters == [.string("com.example.app"), .string("voip"), .string(""), .string("sandbox"), .int(500)])
+    }
+
+    @Test func aFilterCompilesToParameterizedConditions() throws {
+        var filter = AudienceFilter()
+        filter.locales = ["de_DE", "it'; DROP TABLE device_tokens; --"]
+        filter.models = ["iPhone15,2"]
+        filter.minAppVersion = "2.10"
+        filter.belowAppVersion = "3"
+        filter.minOsVersion = "17.0"
+        filter.belowOsVersion = "18.1.0"
+        filter.registeredSinceMs = 1_700_000_000_000
+        let query = try AudienceQuery(Self.audienceRequest(filter))
+        let (sql, parameters) = query.page(after: "ab", limit: 10)
+        #expect(!sql.contains("DROP") && !sql.contains("de_DE") && !sql.contains("2.10"))
+        #expect(sql.contains("attributes->>'locale' = ANY($4::text[])"))
+        #expect(sql.contains("attributes->>'model' = ANY($5::text[])"))
+        #expect(sql.contains("push_version_tuple(attributes->>'app_version') >= $6::int[]"))
+        #expect(sql.contains("push_version_tuple(attributes->>'app_version') < $7::int[]"))
+        #expect(sql.contains("push_version_tuple(attributes->>'os_version') >= $8::int[]"))
+        #expect(sql.contains("push_version_tuple(attributes->>'os_version') < $9::int[]"))
+        #expect(sql.contains("registered_at_ms >= $10") && sql.hasSuffix("LIMIT $11"))
+        let expected: [PostgresValue?] = [
+            .string("com.example.app"), .string("standard"), .string("ab"), .string(#"{"de_DE","it'; DROP TABLE device_tokens; --"}"#),
+            .string(#"{"iPhone15,2"}"#), .string("{2,10}"), .string("{3}"), .string("{17}"), .string("{18,1}"),
+            .int64(1_700_000_000_000), .int(10),
+        ]
+        #expect(parameters == expected)
+    }
+
+    @Test func aFilterMatchesInSwiftByTheSameRules() throws {
+        var filter = AudienceFilter()
+        filter.locales = ["de_DE"]
+        filter.minAppVersion = "2.10"
+        filter.belowOsVersion = "18"
+        filter.registeredSinceMs = 100
+        let query = try AudienceQuery(Self.audienceRequest(filter, environment: .production))
+        let good = ["locale": "de_DE", "app_version": "2.10.0", "os_version": "17.9"]
+        #expect(query.matches(bundleID: "com.example.app", environment: .production, tokenKind: "standard", isActive: true,
+                              attributes: good, registeredAtMs: 100))
+        for (attributes, registered, environment, active) in [
+            (good.merging(["locale": "en_US"]) { $1 }, Int64(100), APNsEnvironment.production, true),
+            (good.merging(["app_version": "2.9.9"]) { $1 }, 100, .production, true),
+            (good.merging(["app_version": "2.10-beta"]) { $1 }, 100, .production, true),
+            (good.merging(["os_version": "18.0"]) { $1 }, 100, .production, true),
+            (good.filter { $0.key != "app_version" }, 100, .production, true),
+            (good, 99, .production, true),
+            (good, 100, .sandbox, true),
+            (good, 100, .production, false),
+        ] {
+            #expect(!query.matches(bundleID: "com.example.app", environment: environment, tokenKind: "standard", isActive: active,
+                                   attributes: attributes, registeredAtMs: registered))
+        }
+    }
+
+    @Test func aBadFilterIsRefusedNamingTheField() {
+        var filter = AudienceFilter()
+        filter.minOsVersion = "17.x"
+        #expect(throws: SendRequestDecoder.Rejection.self) { try AudienceQuery(Self.audienceRequest(filter)) }
+        do {
+            try SendRequestDecoder.check(Self.audienceRequest(filter))
+            Issue.record("accepted a bad version")
+        } catch {
+            #expect(error.description.hasPrefix("audience.filter.min_os_version:"))
+        }
+        filter = AudienceFilter()
+        filter.locales = ["en_US", ""]
+        do {
+            try SendRequestDecoder.check(Self.audienceRequest(filter))
+            Issue.record("accepted an empty locale")
+        } catch {
+            #expect(error.description == "audience.filter.locales[1]: is empty")
+        }
+        var other = Self.audienceRequest()
+        if case .audience(var audience)? = other.target {
+            audience.bundleID = "com.example.other"
+            other.target = .audience(audience)
+        }
+        #expect(throws: SendRequestDecoder.Rejection.self) { try SendRequestDecoder.check(other) }
+        #expect(throws: Never.self) { try SendRequestDecoder.check(Self.audienceRequest()) }
+    }
+
+    @Test func campaignsAreAudiencesAndFutureSendTimes() {
+        var request = Self.audienceRequest()
+        #expect(CampaignRunner.isCampaign(request, nowMs: 1_000))
+        var tokens = DeviceTokens()
+        tokens.deviceTokens = [String(repeating: "a", count: 64)]
+        request.target = .deviceTokens(tokens)
+        #expect(!CampaignRunner.isCampaign(request, nowMs: 1_000))
+        request.sendAtMs = 1_000
+        #expect(!CampaignRunner.isCampaign(request, nowMs: 1_000))
+        request.sendAtMs = 1_001
+        #expect(CampaignRunner.isCampaign(request, nowMs: 1_000))
+    }
+
+    // MARK: Token bucket
+
+    @Test func theBucketAllowsItsBurstThenPacesAtItsRate() {
+        var bucket = TokenBucket(ratePerSecond: 100, burst: 10, now: 0)
+        for _ in 0..<10 { #expect(bucket.take(at: 0) == 0) }
+        // The 11th waits a hundredth of a second, the 12th two, …: reservations queue up.
+        #expect(abs(bucket.take(at: 0) - 0.01) < 1e-9)
+        #expect(abs(bucket.take(at: 0) - 0.02) < 1e-9)
+        // After the reserved ones are paid back, a second refills the whole burst and no more.
+        #expect(bucket.take(at: 10) == 0)
+        #expect(abs(bucket.tokens - 9) < 1e-9)
+    }
+
+    @Test func theBucketsLongRunRateIsItsSetting() {
+        // 5,000 sends against a 1,000/s bucket (burst 1,000): the last may go at (5,000 - 1,000) / 1,000 s.
+        var bucket = TokenBucket(ratePerSecond: 1_000, burst: 1_000, now: 0)
+        var last = 0.0
+        for _ in 0..<5_000 { last = bucket.take(at: 0) }
+        #expect(abs(last - 4.0) < 1e-6)
+    }
+
+    @Test func rateLimitsParseAndNameTheBadPair() throws {
+        #expect(try AppRateLimiter.parseLimits("com.a=5000, com.b=0.5,") == ["com.a": 5000, "com.b": 0.5])
+        #expect(throws: CampaignConfigurationError.self) { try AppRateLimiter.parseLimits("com.a") }
+        #expect(throws: CampaignConfigurationError.self) { try AppRateLimiter.parseLimits("com.a=-1") }
+        let limiter = AppRateLimiter(defaultRate: 0, limits: ["com.a": 10])
+        #expect(limiter.rate(for: "com.a") == 10 && limiter.rate(for: "com.b") == nil)
+        #expect(AppRateLimiter(defaultRate: 50).rate(for: "com.b") == 50)
+    }
+
+    // MARK: States and lease
+
+    @Test func campaignStatesFollowTheDocumentedTransitions() {
+        #expect(CampaignState.initial(sendAtMs: 2_000, nowMs: 1_000) == .scheduled)
+        #expect(CampaignState.initial(sendAtMs: 0, nowMs: 1_000) == .accepted)
+        #expect(CampaignState.scheduled.afterLeaseTaken == .running)
+        #expect(CampaignState.completed.afterLeaseTaken == nil && CampaignState.cancelled.afterLeaseTaken == nil)
+        #expect(CampaignState.final(cancelRequested: true) == .cancelled)
+        #expect(CampaignState.running.allows(.completed) && !CampaignState.completed.allows(.running))
+        #expect(!CampaignState.scheduled.allows(.completed))
+        #expect(CampaignState.allCases.map(\.requestStatus) == [.accepted, .scheduled, .running, .completed, .cancelled])
+    }
+
+    @Test func aLeaseIsValidOnlyWhileConfirmedAndNeverAfterALostWrite() {
+        let start = ContinuousClock.now
+        var lease = CampaignLease(requestID: "r", owner: "a", generation: 3, duration: .seconds(10), confirmedAt: start)
+        #expect(lease.isValid(at: start + .seconds(8)))
+        #expect(!lease.isValid(at: start + .seconds(9)))  // a tenth of the lease is the margin
+        #expect(!lease.renewalDue(at: start + .seconds(3)) && lease.renewalDue(at: start + .seconds(4)))
+        lease.renewed(sentAt: start + .seconds(5))
+        #expect(lease.isValid(at: start + .seconds(13)))
+        lease.renewed(sentAt: start + .seconds(1))  // an older renewal's answer never moves it back
+        #expect(lease.isValid(at: start + .seconds(13)))
+        lease.markLost()
+        #expect(!lease.isValid(at: start + .seconds(5)))
+    }
+}

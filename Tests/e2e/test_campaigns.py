@@ -1,0 +1,361 @@
+"""Campaigns and scheduled sends on the real stack (docs/campaigns.md): an app's audience as a durable,
+leased, resumable, cancellable job.
+
+Audiences are seeded straight into device_tokens (10,000 tokens; scripts/bench-campaign runs larger
+ones). The feedback topic is read live: the local broker keeps only the newest records of a partition.
+Each test restores the stack's single dispatcher before it ends.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+
+import pytest
+
+import pushstack as stack
+from test_engine import Dispatcher
+
+wait_for = stack.wait_for
+
+
+def seed(bundle: str, count: int, prefix: str, kind: str = "standard", environment: str = "sandbox",
+         status: str = "active", attributes_sql: str = "'{}'::jsonb") -> list[str]:
+    """Inserts `count` tokens of `bundle` straight into the token table; returns them."""
+    stack.psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,"
+               " last_event_at_ms, registered_at_ms, attributes)"
+               f" SELECT md5('{prefix}a' || i) || md5('{prefix}b' || i), '{bundle}', '{environment}', '{kind}', '{status}',"
+               f" i, i * 1000, {attributes_sql} FROM generate_series(1, {count}) AS i")
+    return [row[0] for row in stack.psql(
+        f"SELECT device_token FROM device_tokens WHERE bundle_id = '{bundle}' AND device_token IN"
+        f" (SELECT md5('{prefix}a' || i) || md5('{prefix}b' || i) FROM generate_series(1, {count}) AS i)")]
+
+
+def audience_request(request_id: str, bundle: str, send_at_ms: int = 0, audience_filter=None):
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    audience = send.AppAudience(environment=common.Environment.Value("SANDBOX"))
+    if audience_filter is not None:
+        audience.filter.CopyFrom(audience_filter)
+    return send.SendRequest(
+        request_id=request_id, audience=audience, send_at_ms=send_at_ms,
+        created_at_ms=int(time.time() * 1000),
+        notification=send.Notification(bundle_id=bundle, push_type=common.PushType.Value("PUSH_TYPE_ALERT"),
+                                        payload='{"aps":{"alert":"campaign"}}'))
+
+
+def cancel(request_id: str, reason: str = "campaign_aborted") -> None:
+    send = stack.pb("send_request_pb2")
+    record = send.CancelRequest(request_id=request_id, reason=reason, requested_at_ms=int(time.time() * 1000))
+    stack.produce(stack.SEND_REQUESTS, request_id.encode(), record.SerializeToString(),
+                  "application/x-protobuf; message=push.v1.CancelRequest")
+
+
+class Feedback:
+    """Everything of one request on the feedback topic, read live."""
+
+    def __init__(self, request_id: str):
+        self.request_id = request_id
+        self.reader = stack.TopicReader(stack.FEEDBACK)
+        self.reports: list = []
+        self.completed: list = []
+        self.progress: list = []
+
+    def poll(self, seconds: float = 0.2) -> None:
+        for event in stack.decode_feedback(self.reader.drain(seconds)):
+            kind = event.WhichOneof("event")
+            if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
+                self.reports.append(event)
+            elif kind == "request_completed" and event.request_completed.request_id == self.request_id:
+                self.completed.append(event)
+            elif kind == "campaign_progress" and event.campaign_progress.request_id == self.request_id:
+                self.progress.append(event)
+
+    def until(self, predicate, what: str, timeout: float = 180.0):
+        return wait_for(lambda: (self.poll(), predicate(self))[1], what=what, timeout=timeout, interval=0)
+
+    def by_token(self) -> dict[str, set[str]]:
+        result: dict[str, set[str]] = {}
+        for event in self.reports:
+            result.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
+        return result
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def campaign_row(request_id: str) -> dict[str, str]:
+    columns = ["status", "processed", "delivered", "rejected", "failed", "skipped", "lease_generation", "cursor"]
+    rows = stack.psql(f"SELECT {', '.join(f'coalesce({c}::text, {chr(39)}{chr(39)})' for c in columns)}"
+                      f" FROM campaigns WHERE request_id = '{request_id}'")
+    return dict(zip(columns, rows[0])) if rows else {}
+
+
+def send_log_count(request_id: str) -> tuple[int, int]:
+    rows = stack.psql(f"SELECT count(*), count(DISTINCT device_token) FROM send_log WHERE request_id = '{request_id}'")
+    return int(rows[0][0]), int(rows[0][1])
+
+
+def sim_delivered() -> int:
+    return int(stack.simulator_admin("/admin/counters")["counters"].get("200", 0))
+
+
+@pytest.fixture()
+def slow_apple():
+    """Every push answered after 400 ms, so a 10,000-token campaign takes seconds (200 in flight)."""
+    stack.simulator_admin("/admin/faults", "PUT", {"latency": {"distribution": "uniform", "min_ms": 400, "max_ms": 400}})
+    yield
+    stack.simulator_admin("/admin/faults", "PUT", {})
+
+
+def test_a_campaign_gives_every_token_exactly_one_outcome_and_a_request_completed_with_its_counts():
+    bundle = f"com.example.campaign{uuid.uuid4().hex[:8]}"
+    tokens = set(seed(bundle, 10_000, bundle))
+    # Not the audience: another kind, the other environment, inactive rows.
+    seed(bundle, 200, bundle + "voip", kind="voip")
+    seed(bundle, 200, bundle + "prod", environment="production")
+    seed(bundle, 200, bundle + "gone", status="inactive")
+    request_id = f"campaign-{uuid.uuid4()}"
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: f.completed, "the campaign's RequestCompleted")
+        feedback.poll(1.0)
+    finally:
+        feedback.close()
+    by_token = feedback.by_token()
+    assert set(by_token) == tokens, f"{len(set(by_token) - tokens)} outside the audience, {len(tokens - set(by_token))} missed"
+    assert all(len(ids) == 1 for ids in by_token.values())
+    assert all(e.delivery_report.outcome == 1 for e in feedback.reports)  # DELIVERED
+    completed = feedback.completed[0].request_completed
+    assert (completed.total, completed.delivered, completed.rejected, completed.failed, completed.skipped) == (10_000, 10_000, 0, 0, 0)
+    assert completed.status == stack.pb("feedback_pb2").REQUEST_STATUS_COMPLETED
+    assert send_log_count(request_id) == (10_000, 10_000)
+    row = campaign_row(request_id)
+    assert (row["status"], row["processed"], row["delivered"]) == ("completed", "10000", "10000")
+    assert any(e.campaign_progress.done and e.campaign_progress.processed == 10_000 for e in feedback.progress)
+
+
+def version(text: str):
+    parts = text.split(".")
+    if not all(p.isdigit() and 1 <= len(p) <= 9 for p in parts):
+        return None
+    values = [int(p) for p in parts]
+    while values and values[-1] == 0:
+        values.pop()
+    return values
+
+
+def test_an_attribute_filtered_audience_reaches_exactly_the_matching_tokens():
+    bundle = f"com.example.filter{uuid.uuid4().hex[:8]}"
+    locales, models = ["en_US", "de_DE", "fr_FR"], ["iPhone15,2", "iPhone14,7", "iPad13,1", "iPhone16,1"]
+    apps, oses = ["2.9", "2.10", "2.10.1", "3.0", "2.9.9", "2.x", "10"], ["17.0", "17.4.1", "18", "16.7.2", "18.1"]
+    count = 2_000
+    attributes = ("jsonb_build_object('locale', (ARRAY['en_US','de_DE','fr_FR'])[i % 3 + 1],"
+                  " 'model', (ARRAY['iPhone15,2','iPhone14,7','iPad13,1','iPhone16,1'])[i % 4 + 1],"
+                  " 'app_version', (ARRAY['2.9','2.10','2.10.1','3.0','2.9.9','2.x','10'])[i % 7 + 1],"
+                  " 'os_version', (ARRAY['17.0','17.4.1','18','16.7.2','18.1'])[i % 5 + 1])")
+    seed(bundle, count, bundle, attributes_sql=attributes)
+    token_of = {i: row[0] for i, row in enumerate(stack.psql(
+        f"SELECT md5('{bundle}a' || i) || md5('{bundle}b' || i) FROM generate_series(1, {count}) AS i"), start=1)}
+    expected = {token_of[i] for i in range(1, count + 1)
+                if locales[i % 3] in ("de_DE", "fr_FR") and models[i % 4] != "iPhone14,7"
+                and version(apps[i % 7]) is not None and [2, 10] <= version(apps[i % 7]) < [3]
+                and version(oses[i % 5]) >= [17] and i * 1000 >= 200_000}
+    send = stack.pb("send_request_pb2")
+    audience_filter = send.AudienceFilter(locales=["de_DE", "fr_FR"], models=["iPhone15,2", "iPad13,1", "iPhone16,1"],
+                                          min_app_version="2.10", below_app_version="3", min_os_version="17",
+                                          registered_since_ms=200_000)
+    request_id = f"filtered-{uuid.uuid4()}"
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle, audience_filter=audience_filter))
+        feedback.until(lambda f: f.completed, "the filtered campaign's RequestCompleted")
+        feedback.poll(0.5)
+    finally:
+        feedback.close()
+    assert expected and set(feedback.by_token()) == expected
+    assert feedback.completed[0].request_completed.total == len(expected)
+
+
+def test_a_scheduled_request_is_sent_neither_early_nor_more_than_a_second_late():
+    bundle = f"com.example.sched{uuid.uuid4().hex[:8]}"
+    user = f"sched-{uuid.uuid4()}"
+    token = stack.random_token()
+    stack.psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,"
+               f" last_event_at_ms, registered_at_ms) VALUES ('{token}', '{bundle}', 'sandbox', 'standard', '{user}', 'active', 1, 1)")
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    results = []
+    for attempt in range(3):
+        request_id = f"scheduled-{uuid.uuid4()}"
+        send_at = int(time.time() * 1000) + 3_000
+        request = send.SendRequest(
+            request_id=request_id, user_ids=send.UserIds(user_ids=[user]), send_at_ms=send_at,
+            notification=send.Notification(bundle_id=bundle, environment=common.Environment.Value("SANDBOX"),
+                                            push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"later"}}'))
+        feedback = Feedback(request_id)
+        try:
+            stack.send_request(request)
+            wait_for(lambda: campaign_row(request_id).get("status") == "scheduled", what="the scheduled row", timeout=10)
+            feedback.until(lambda f: f.completed, "the scheduled request's RequestCompleted", timeout=30)
+        finally:
+            feedback.close()
+        report = feedback.reports[0].delivery_report
+        assert report.device_token == token and report.outcome == 1
+        results.append(report.sent_at_ms - send_at)
+        assert campaign_row(request_id)["status"] == "completed"
+    print(f"scheduled sends: sent_at - send_at_ms = {results} ms")
+    assert all(0 <= lateness <= 1_000 for lateness in results), results
+
+
+def test_a_cancelled_scheduled_request_completes_cancelled_at_once_without_sending():
+    bundle = f"com.example.schedcancel{uuid.uuid4().hex[:8]}"
+    token = stack.random_token()
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    feedback_pb2 = stack.pb("feedback_pb2")
+    request_id = f"scheduled-cancel-{uuid.uuid4()}"
+    request = send.SendRequest(
+        request_id=request_id, device_tokens=send.DeviceTokens(device_tokens=[token]),
+        send_at_ms=int(time.time() * 1000) + 600_000,
+        notification=send.Notification(bundle_id=bundle, environment=common.Environment.Value("SANDBOX"),
+                                        push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"never"}}'))
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(request)
+        wait_for(lambda: campaign_row(request_id).get("status") == "scheduled", what="the scheduled row", timeout=10)
+        cancel(request_id, "sent_by_mistake")
+        feedback.until(lambda f: f.completed, "the cancelled request's RequestCompleted", timeout=30)
+        feedback.poll(0.5)
+    finally:
+        feedback.close()
+    report = feedback.reports[0].delivery_report
+    assert (report.device_token, report.outcome, report.outcome_reason, report.sent_at_ms) == (
+        token, feedback_pb2.SKIPPED, feedback_pb2.OUTCOME_REASON_CANCELLED, 0)
+    completed = feedback.completed[0].request_completed
+    assert (completed.status, completed.total, completed.skipped) == (feedback_pb2.REQUEST_STATUS_CANCELLED, 1, 1)
+    assert campaign_row(request_id)["status"] == "cancelled"
+
+
+def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(slow_apple):
+    bundle = f"com.example.cancel{uuid.uuid4().hex[:8]}"
+    tokens = set(seed(bundle, 10_000, bundle))
+    request_id = f"cancelled-{uuid.uuid4()}"
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: len(f.reports) >= 1_000, "the first 1,000 reports")
+        cancelled_at = int(time.time() * 1000)
+        cancel(request_id)
+        feedback.until(lambda f: f.completed, "the cancelled campaign's RequestCompleted")
+        feedback.poll(0.5)
+    finally:
+        feedback.close()
+    by_token = feedback.by_token()
+    assert set(by_token) == tokens and all(len(ids) == 1 for ids in by_token.values())
+    sent = [e.delivery_report for e in feedback.reports if e.delivery_report.sent_at_ms > 0]
+    skipped = [e.delivery_report for e in feedback.reports if e.delivery_report.outcome == 4]
+    last_send = max(r.sent_at_ms for r in sent)
+    print(f"cancel: {len(sent)} sent, {len(skipped)} skipped; last send started {last_send - cancelled_at} ms after the cancel")
+    assert last_send - cancelled_at <= 1_000
+    feedback_pb2 = stack.pb("feedback_pb2")
+    assert skipped and all(r.outcome_reason == feedback_pb2.OUTCOME_REASON_CANCELLED for r in skipped)
+    completed = feedback.completed[0].request_completed
+    assert completed.status == feedback_pb2.REQUEST_STATUS_CANCELLED
+    assert (completed.total, completed.delivered, completed.skipped) == (10_000, len(sent), len(skipped))
+    assert campaign_row(request_id)["status"] == "cancelled"
+
+
+def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slow_apple, tmp_path):
+    stack_dispatcher = Dispatcher.stack()
+    argv, env = stack_dispatcher.launch_spec()
+    # A second replica with a short lease, so that the takeover is quick whichever holds.
+    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-b", "PUSH_CAMPAIGN_LEASE_MS": "3000"},
+                               tmp_path / "replica-b.log")
+    bundle = f"com.example.kill{uuid.uuid4().hex[:8]}"
+    tokens = set(seed(bundle, 10_000, bundle))
+    request_id = f"killed-{uuid.uuid4()}"
+    apple_before = sim_delivered()
+    feedback = Feedback(request_id)
+    survivor = None
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: len(f.reports) >= 2_000, "the first 2,000 reports")
+        owner = stack.psql(f"SELECT lease_owner FROM campaigns WHERE request_id = '{request_id}'")[0][0]
+        holder, survivor = (replica, stack_dispatcher) if owner.startswith("campaign-b/") else (stack_dispatcher, replica)
+        os.kill(holder.pid, signal.SIGKILL)
+        wait_for(lambda: not holder.alive(), what="the holder to die")
+        checkpoint = int(campaign_row(request_id)["processed"])
+        feedback.until(lambda f: f.completed, "the RequestCompleted from the other replica")
+        feedback.poll(1.0)
+    finally:
+        feedback.close()
+        if replica.alive():
+            os.kill(replica.pid, signal.SIGTERM)
+            replica.exit_status(timeout=60)
+        if not Dispatcher.stack().alive():
+            Dispatcher.start(argv, env, stack_dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
+    by_token = feedback.by_token()
+    assert set(by_token) == tokens and all(len(ids) == 1 for ids in by_token.values())
+    completed = feedback.completed[0].request_completed
+    assert (completed.total, completed.delivered) == (10_000, 10_000)
+    assert send_log_count(request_id) == (10_000, 10_000)
+    row = campaign_row(request_id)
+    assert row["status"] == "completed" and int(row["lease_generation"]) >= 2
+    # The survivor started at the checkpoint, not at the beginning.
+    log = survivor.log.read_text(errors="replace")
+    taken = [line for line in log.splitlines() if "campaign lease taken" in line and request_id in line]
+    assert taken, "the survivor never took the campaign"
+    resumed_at = int(re.search(r"processed=(\d+)", taken[-1]).group(1))
+    assert resumed_at >= checkpoint > 0, taken[-1]
+    duplicates = sim_delivered() - apple_before - 10_000
+    print(f"kill -9: checkpoint at {checkpoint} tokens, resumed at {resumed_at}; Apple received {duplicates} duplicates (lane: 200 in flight)")
+    assert 0 <= duplicates <= 200
+
+
+def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_path):
+    stack_dispatcher = Dispatcher.stack()
+    argv, env = stack_dispatcher.launch_spec()
+    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-p", "PUSH_CAMPAIGN_LEASE_MS": "3000"},
+                               tmp_path / "replica-p.log")
+    bundle = f"com.example.pause{uuid.uuid4().hex[:8]}"
+    tokens = set(seed(bundle, 10_000, bundle))
+    request_id = f"paused-{uuid.uuid4()}"
+    apple_before = sim_delivered()
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: len(f.reports) >= 2_000, "the first 2,000 reports")
+        owner = stack.psql(f"SELECT lease_owner FROM campaigns WHERE request_id = '{request_id}'")[0][0]
+        holder = replica if owner.startswith("campaign-p/") else stack_dispatcher
+        lease_s = 3 if holder is replica else 15
+        generation = int(campaign_row(request_id)["lease_generation"])
+        os.kill(holder.pid, signal.SIGSTOP)
+        try:
+            # The other replica takes the campaign once the paused holder's lease ran out.
+            wait_for(lambda: int(campaign_row(request_id)["lease_generation"]) > generation,
+                     what="the other replica to take the lease", timeout=lease_s + 30)
+            # The new holder writes a checkpoint of its own before the old one wakes.
+            taken_at = int(campaign_row(request_id)["processed"])
+            wait_for(lambda: int(campaign_row(request_id)["processed"]) > taken_at, what="the new holder's checkpoint", timeout=60)
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+        feedback.until(lambda f: f.completed, "the RequestCompleted")
+        feedback.poll(2.0)
+    finally:
+        feedback.close()
+        if replica.alive():
+            os.kill(replica.pid, signal.SIGTERM)
+            replica.exit_status(timeout=60)
+    by_token = feedback.by_token()
+    assert set(by_token) == tokens and all(len(ids) == 1 for ids in by_token.values())
+    assert len(feedback.completed) == 1 or len({e.event_id for e in feedback.completed}) == 1
+    completed = feedback.completed[0].request_completed
+    assert (completed.total, completed.delivered) == (10_000, 10_000)
+    row = campaign_row(request_id)
+    assert (row["status"], row["processed"], row["delivered"]) == ("completed", "10000", "10000")
+    log = holder.log.read_text(errors="replace")
+    assert any("campaign lease lost" in line and request_id in line for line in log.splitlines()), "the paused holder did not stop"
+    duplicates = sim_delivered() - apple_before - 10_000
+    print(f"paused holder: Apple received {duplicates} duplicates (lane: 200 in flight)")
+    assert 0 <= duplicates <= 200
