@@ -42,7 +42,7 @@ public struct AudienceQuery: Sendable, Equatable {
             throw .init("audience.bundle_id: \"\(audience.bundleID)\" differs from notification.bundle_id \"\(notification.bundleID)\"")
         }
         if case .unrecognized = audience.environment { throw .init("audience.environment: unknown environment") }
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: "")  // only the token kind is read
         let kind = template.request(for: NotificationTemplate.placeholderToken).requiredTokenKind.rawValue
         self.init(bundleID: bundleID, environment: audience.environment.apnsEnvironment ?? notification.environment.apnsEnvironment,
                   tokenKind: kind)

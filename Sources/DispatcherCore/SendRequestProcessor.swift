@@ -567,7 +567,7 @@ extension SendRequestProcessor {
     /// - Throws: `PostgresError`.
     func campaignPage(resolving request: SendRequest) async throws -> CampaignPage {
         guard let notification = request.notification, let target = request.target else { return CampaignPage(targets: []) }
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: request.requestID)
         return CampaignPage(targets: try await resolve(target, template: template, environment: notification.environment.apnsEnvironment))
     }
 
@@ -591,9 +591,10 @@ extension SendRequestProcessor {
         cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
     ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
         guard let notification = request.notification else { return (CampaignCounts(), false) }
-        let template = try NotificationTemplate(notification)
+        let template = try NotificationTemplate(notification, requestID: request.requestID)
         let counts = CampaignTally()
         let acks = Acknowledgements()
+        let context = RetryContext.unbounded()
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
             for target in page.targets {
@@ -613,31 +614,37 @@ extension SendRequestProcessor {
                     continue
                 }
                 var settled = target
-                var holdsPermit = false
+                // The campaign lane's permit, released while a send waits for an APNs retry (a campaign
+                // is durable by itself: its notifications wait on timers and never park).
+                let permit = NotificationPermit(lane)
                 if case .send(let stored) = target {
                     if !cancelled() {
-                        try await lane.acquire()
-                        holdsPermit = true
+                        try await permit.acquire()
                         do {
                             try await limiter.acquire(template.bundleID)
                         } catch {
-                            lane.release()
+                            permit.release()
                             throw error
                         }
-                        if shouldStop() { lane.release(); abandoned = true; break }
+                        if shouldStop() { permit.release(); abandoned = true; break }
                     }
                     // Asked again after waiting for the lane and the bucket: a cancel stops sends at once.
                     if cancelled() {
-                        if holdsPermit { lane.release(); holdsPermit = false }
+                        permit.release()
                         settled = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
                                            outcome: .skipped, reason: .cancelled)
                     }
                 }
-                let permit = holdsPermit
                 let chosen = settled
                 group.addTask {
-                    defer { if permit { lane.release() } }
-                    let report = try await self.deliver(chosen, request: request, template: template, requestedAt: requestedAt, acks: acks)
+                    defer { permit.release() }
+                    let activity = RecordActivity(context)
+                    activity.notificationStarted()
+                    defer { activity.notificationEnded() }
+                    guard let report = try await self.deliver(
+                        chosen, request: request, template: template, requestedAt: requestedAt, acks: acks,
+                        permit: permit, retryContext: context, activity: activity)
+                    else { return }
                     counts.withLock { $0.count(report.outcome) }
                 }
             }
