@@ -87,8 +87,14 @@ extension APNsSimulator {
         /// Default `HTTP2Settings.server`.
         public var settings = HTTP2Settings.server
         /// Limits of every listener, push and admin (docs/http2-server-limits.md). Default: the
-        /// `HTTP2ServerLimits` defaults.
-        public var limits = HTTP2ServerLimits()
+        /// `HTTP2ServerLimits` defaults, except the idle timeout: one hour, because Apple asks providers
+        /// to keep their connections open and reuse them (docs/apns-protocol.md), so a stand-in for
+        /// Apple must not close a provider's healthy idle connection after two minutes.
+        public var limits: HTTP2ServerLimits = {
+            var limits = HTTP2ServerLimits()
+            limits.idleTimeout = .seconds(3600)
+            return limits
+        }()
         /// PEM certificate chain the push listeners present.
         public var certificateChainFile: String
         /// PEM private key of that certificate.
