@@ -83,7 +83,7 @@ final class ServerShared: Sendable {
         self.limitResponse = configuration.limitResponse
         self.tls = tls
         self.logger = configuration.logger
-        self.accounting = ServerAccounting(logger: configuration.logger)
+        self.accounting = ServerAccounting(logger: configuration.logger, metrics: configuration.metrics)
     }
 
     /// Registers a new connection under `maxConnections`, choosing the longest-idle one to close when
