@@ -76,6 +76,7 @@ final class ServerShared: Sendable {
     init(configuration: HTTP2Server.Configuration, handler: @escaping HTTP2Server.Handler, tls: TLSContext?) {
         var settings = configuration.settings
         settings.maxHeaderListSize = min(settings.maxHeaderListSize ?? UInt32.max, UInt32(clamping: configuration.limits.maxHeaderListBytes))
+        settings.connectionWindowSize = UInt32(configuration.limits.connectionWindow(for: configuration.settings))
         self.settings = settings
         self.limits = configuration.limits
         self.timeouts = ConnectionTimeouts(configuration.limits)
