@@ -80,6 +80,8 @@ if hasTests {
         .target(name: "PushTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PushTestSupport", "ServiceCore"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
+        // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
+        .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
         .testTarget(

@@ -161,6 +161,9 @@ public final class GRPCServer: Sendable {
     public static func start(configuration: Configuration, router: GRPCRouter) throws -> GRPCServer {
         let maxSize = configuration.maxReceiveMessageSize
         var http2 = configuration.http2
+        // A body that can hold the largest message (and its 5-byte prefix) reaches the handler, which
+        // answers RESOURCE_EXHAUSTED for a larger message; the HTTP/2 limit refuses beyond it.
+        http2.limits.maxRequestBodyBytes = max(http2.limits.maxRequestBodyBytes, maxSize + 5)
         let plainLimitResponse = http2.limitResponse
         http2.limitResponse = { breach, request in
             guard isGRPCContentType(request.headers.first("content-type") ?? "") else { return plainLimitResponse(breach, request) }

@@ -40,6 +40,9 @@ public final class HTTP2Server: Sendable {
         public var limitResponse: @Sendable (HTTP2ServerLimitBreach, HTTP2ServerRequest) -> HTTP2ServerResponse = HTTP2ServerLimitBreach.defaultResponse
         /// Where limit breaches are logged (at most one line per limit every 10 seconds).
         public var logger = Logger(label: "http2.server")
+        /// Where `push_http2_server_limit_breaches_total{limit}` and `push_http2_server_connections`
+        /// are counted. Default `MetricsRegistry.shared`.
+        public var metrics = MetricsRegistry.shared
         /// Number of event-loop threads. Default: the number of active processors.
         public var eventLoopCount: Int = ProcessInfo.processInfo.activeProcessorCount
         /// listen(2) backlog. Default 1024.

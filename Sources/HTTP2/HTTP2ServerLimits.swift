@@ -14,8 +14,11 @@ public struct HTTP2ServerLimits: Sendable, Equatable {
     /// Default 16,384 (`PUSH_HTTP2_MAX_HEADER_LIST_BYTES`).
     public var maxHeaderListBytes: Int = 16 << 10
     /// Largest request body accepted, in bytes; a larger one is answered 413 (gRPC:
-    /// RESOURCE_EXHAUSTED) as soon as it passes the limit, what arrived is dropped, and the stream is
-    /// reset with NO_ERROR. At most the connection window. Default 1 MiB.
+    /// RESOURCE_EXHAUSTED) as soon as it passes the limit, what arrived is dropped, the rest is read
+    /// and dropped for up to `requestBodyTimeout`, then the stream is reset with NO_ERROR. The
+    /// connection window opened is at least this plus 16 KiB, so that a body over the limit can
+    /// always arrive far enough to be refused (with a window of exactly the limit it would stall).
+    /// Default 1 MiB.
     public var maxRequestBodyBytes: Int = 1 << 20
     /// Connections held at once, handshaking included. At the limit a new connection closes the
     /// longest-idle one (GOAWAY NO_ERROR); when none is idle, the new one is closed at once.
@@ -55,8 +58,17 @@ public struct HTTP2ServerLimits: Sendable, Equatable {
         try require(settings.initialWindowSize <= HTTP2Settings.maxWindowSize, "SETTINGS_INITIAL_WINDOW_SIZE must be at most 2^31-1 (RFC 9113 §6.5.2), got \(settings.initialWindowSize)")
         try require(settings.connectionWindowSize <= HTTP2Settings.maxWindowSize, "the connection window must be at most 2^31-1, got \(settings.connectionWindowSize)")
         try require(settings.maxFrameSize >= 16_384 && settings.maxFrameSize <= 16_777_215, "SETTINGS_MAX_FRAME_SIZE must be 16384...16777215 (RFC 9113 §6.5.2), got \(settings.maxFrameSize)")
-        try require(maxRequestBodyBytes <= settings.effectiveConnectionWindowSize,
-                    "maxRequestBodyBytes (\(maxRequestBodyBytes)) exceeds the connection window (\(settings.effectiveConnectionWindowSize)): such a body could never arrive")
+        try require(maxRequestBodyBytes <= Int(HTTP2Settings.maxWindowSize) - Self.refusalMargin,
+                    "maxRequestBodyBytes must be at most 2^31-1 - 16384, got \(maxRequestBodyBytes)")
+    }
+
+    /// Bytes of connection window beyond `maxRequestBodyBytes`: room for the frame that passes the limit.
+    static let refusalMargin = 16 << 10
+
+    /// The connection receive window the server opens with `settings`: `connectionWindowSize` (at
+    /// least 65,535), raised to `maxRequestBodyBytes` + 16 KiB when that is larger.
+    public func connectionWindow(for settings: HTTP2Settings) -> Int {
+        max(settings.effectiveConnectionWindowSize, min(Int(HTTP2Settings.maxWindowSize), maxRequestBodyBytes + Self.refusalMargin))
     }
 
     /// Reads the `PUSH_HTTP2_*` variables into `limits` and `settings` (unset ones keep their value):
@@ -64,8 +76,7 @@ public struct HTTP2ServerLimits: Sendable, Equatable {
     /// `PUSH_HTTP2_IDLE_TIMEOUT_MS`, `PUSH_HTTP2_REQUEST_BODY_TIMEOUT_MS`,
     /// `PUSH_HTTP2_REQUEST_BODY_MIN_PROGRESS_BYTES`, `PUSH_HTTP2_MAX_CONCURRENT_STREAMS`,
     /// `PUSH_HTTP2_STREAM_WINDOW_BYTES`, `PUSH_HTTP2_CONNECTION_WINDOW_BYTES`. SETTINGS_MAX_HEADER_LIST_SIZE
-    /// is set to the header-list limit, and `maxRequestBodyBytes` is lowered to the connection window
-    /// when that is smaller.
+    /// is set to the header-list limit.
     /// - Throws: `EnvironmentConfig.Error` naming the variable that is not a number in its range.
     public static func apply(environment env: EnvironmentConfig, to limits: inout HTTP2ServerLimits, settings: inout HTTP2Settings) throws {
         let window = Int(HTTP2Settings.maxWindowSize)
@@ -82,9 +93,6 @@ public struct HTTP2ServerLimits: Sendable, Equatable {
         settings.connectionWindowSize = UInt32(try env.int(
             "PUSH_HTTP2_CONNECTION_WINDOW_BYTES", default: Int(settings.connectionWindowSize), in: 65_535...window))
         settings.maxHeaderListSize = UInt32(limits.maxHeaderListBytes)
-        if limits.maxRequestBodyBytes > Int(settings.connectionWindowSize) {
-            limits.maxRequestBodyBytes = Int(settings.connectionWindowSize)
-        }
     }
 
     private static func positiveMilliseconds(_ env: EnvironmentConfig, _ name: String, _ defaultValue: Duration) throws -> Duration {

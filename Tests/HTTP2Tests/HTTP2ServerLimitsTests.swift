@@ -83,8 +83,13 @@ import Testing
     @Test func limitsAreValidatedAgainstTheSettings() throws {
         try HTTP2ServerLimits().validate(settings: .server)
         var limits = HTTP2ServerLimits()
-        limits.maxRequestBodyBytes = 2 << 20
-        #expect(throws: HTTP2Error.self) { try limits.validate(settings: .server) }   // above the 1 MiB window
+        // The window opened leaves room for the frame that passes the body limit (a window of exactly
+        // the limit would stall such a body instead of refusing it).
+        #expect(limits.connectionWindow(for: .server) == (1 << 20) + (16 << 10))
+        limits.maxRequestBodyBytes = 10_000
+        #expect(limits.connectionWindow(for: .server) == 1 << 20)
+        limits.maxRequestBodyBytes = Int(HTTP2Settings.maxWindowSize)
+        #expect(throws: HTTP2Error.self) { try limits.validate(settings: .server) }
         limits = HTTP2ServerLimits()
         limits.idleTimeout = .zero
         #expect(throws: HTTP2Error.self) { try limits.validate(settings: .server) }
@@ -110,7 +115,7 @@ import Testing
         #expect(limits.idleTimeout == .milliseconds(1_500) && limits.handshakeTimeout == .milliseconds(700))
         #expect(limits.requestBodyTimeout == .milliseconds(900) && limits.requestBodyMinimumProgressBytes == 10)
         #expect(settings.maxConcurrentStreams == 20 && settings.initialWindowSize == 32_768 && settings.connectionWindowSize == 262_144)
-        #expect(limits.maxRequestBodyBytes == 262_144, "lowered to the connection window")
+        #expect(limits.connectionWindow(for: settings) == (1 << 20) + (16 << 10), "room for the 1 MiB body limit")
         try limits.validate(settings: settings)
 
         for (name, value) in [("PUSH_HTTP2_MAX_CONNECTIONS", "0"), ("PUSH_HTTP2_IDLE_TIMEOUT_MS", "0"), ("PUSH_HTTP2_MAX_HEADER_LIST_BYTES", "lots"),

@@ -85,6 +85,7 @@ final class ServerShared: Sendable {
     init(configuration: HTTP2Server.Configuration, handler: @escaping HTTP2Server.Handler, tls: TLSContext?) {
         var settings = configuration.settings
         settings.maxHeaderListSize = min(settings.maxHeaderListSize ?? UInt32.max, UInt32(clamping: configuration.limits.maxHeaderListBytes))
+        settings.connectionWindowSize = UInt32(configuration.limits.connectionWindow(for: configuration.settings))
         self.settings = settings
         self.limits = configuration.limits
         self.timeouts = ConnectionTimeouts(configuration.limits)
@@ -92,7 +93,7 @@ final class ServerShared: Sendable {
         self.limitResponse = configuration.limitResponse
         self.tls = tls
         self.logger = configuration.logger
-        self.accounting = ServerAccounting(logger: configuration.logger)
+        self.accounting = ServerAccounting(logger: configuration.logger, metrics: configuration.metrics)
     }
 
     /// Registers a new connection under `maxConnections`, choosing the longest-idle one to close when

@@ -61,9 +61,6 @@ final class TLSContext: @unchecked Sendable {
         let context = TLSContext(ctx: ctx)
         try context.applyCommon()
         _ = shim_SSL_CTX_set_options(ctx, shim_SSL_OP_CIPHER_SERVER_PREFERENCE())
-        // An idle connection gives its TLS record buffers (about 34 KB) back; thousands of idle peers
-        // then cost little (docs/http2-server-limits.md).
-        _ = shim_SSL_CTX_set_mode(ctx, Int(SSL_MODE_RELEASE_BUFFERS))
         guard SSL_CTX_use_certificate_chain_file(ctx, options.certificateChainFile) == 1 else {
             throw HTTP2Error(.invalidConfiguration, "cannot load certificate \(options.certificateChainFile): \(openSSLErrors())")
         }
