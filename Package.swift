@@ -50,7 +50,7 @@ let package = Package(
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
 
         // Tests (Swift Testing) against real parts. Python oracles live beside some of them.
-        .testTarget(name: "ServiceCoreTests", dependencies: ["ServiceCore"]),
+        .testTarget(name: "ServiceCoreTests", dependencies: ["PushTestSupport", "ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
         // Helpers shared by test targets: a real PostgreSQL per suite, running outside programs.

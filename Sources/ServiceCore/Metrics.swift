@@ -1,0 +1,329 @@
+import Foundation
+import Synchronization
+
+/// One value of a metric family read at scrape time: label values in the family's label order.
+public struct MetricSample: Sendable, Equatable {
+    /// Label values, positional: the same order as the family's `labelNames`.
+    public var labels: [String]
+    public var value: Double
+
+    public init(labels: [String] = [], value: Double) {
+        self.labels = labels
+        self.value = value
+    }
+}
+
+/// The process's metrics: counters, gauges and histograms with fixed buckets, each family identified
+/// by its name, rendered synchronously in the Prometheus text exposition format 0.0.4.
+///
+/// Every operation takes a lock briefly and never suspends, so the admin port's threads can render
+/// while Swift tasks and C callback threads count. Label values are positional (the order of the
+/// family's `labelNames`); keep their cardinality bounded: never a device token, user id or request id.
+///
+/// Registering a name a second time with the same type and label names returns the existing family
+/// (components built twice in one process, as tests do, share it); a different type or different
+/// label names for the same name is a programming error and stops the process.
+public final class MetricsRegistry: Sendable {
+    /// The registry every executable serves on its admin port.
+    public static let shared = MetricsRegistry()
+
+    private let families = Mutex<[String: any MetricFamily]>([:])
+
+    /// A registry of its own (tests); production code counts into `shared`.
+    public init() {}
+
+    /// A monotonically increasing count. Name it with a `_total` suffix.
+    @discardableResult
+    public func counter(_ name: String, help: String, labelNames: [String] = []) -> Counter {
+        register(name, make: { Counter(name: name, help: help, labelNames: labelNames) })
+    }
+
+    /// A value that goes up and down.
+    @discardableResult
+    public func gauge(_ name: String, help: String, labelNames: [String] = []) -> Gauge {
+        register(name, make: { Gauge(name: name, help: help, labelNames: labelNames) })
+    }
+
+    /// A distribution counted into fixed cumulative buckets (upper bounds, ascending; `+Inf` is
+    /// implicit). Durations in seconds.
+    @discardableResult
+    public func histogram(_ name: String, help: String, labelNames: [String] = [],
+                          buckets: [Double] = Histogram.defaultBuckets) -> Histogram {
+        register(name, make: { Histogram(name: name, help: help, labelNames: labelNames, buckets: buckets) })
+    }
+
+    /// A gauge whose samples are read when the registry renders (process memory, queue depths, lag).
+    /// `collect` runs on the rendering thread while no registry lock is held; it must not suspend.
+    @discardableResult
+    public func gaugeCallback(_ name: String, help: String, labelNames: [String] = [],
+                              collect: @escaping @Sendable () -> [MetricSample]) -> CallbackGauge {
+        register(name, make: { CallbackGauge(name: name, help: help, labelNames: labelNames, collect: collect) })
+    }
+
+    /// Every family in the Prometheus text format 0.0.4, families sorted by name.
+    public func render() -> String {
+        let all = families.withLock { $0.values.sorted { $0.name < $1.name } }
+        var text = ""
+        for family in all { family.render(into: &text) }
+        return text
+    }
+
+    /// The current value of one series, for tests and status pages: a counter's or gauge's value, a
+    /// histogram's observation count; nil when the family or the series does not exist.
+    public func value(_ name: String, labels: [String] = []) -> Double? {
+        guard let family = families.withLock({ $0[name] }) else { return nil }
+        return family.value(labels: labels)
+    }
+
+    private func register<F: MetricFamily>(_ name: String, make: () -> F) -> F {
+        families.withLock { families in
+            if let existing = families[name] {
+                let candidate = make()
+                guard let same = existing as? F, same.labelNames == candidate.labelNames else {
+                    preconditionFailure("metric \(name) registered again with another type or other label names")
+                }
+                return same
+            }
+            let family = make()
+            families[name] = family
+            return family
+        }
+    }
+}
+
+/// What every family type offers the registry.
+protocol MetricFamily: AnyObject, Sendable {
+    var name: String { get }
+    var labelNames: [String] { get }
+    func render(into text: inout String)
+    func value(labels: [String]) -> Double?
+}
+
+/// A family of monotonically increasing counts, one series per label-value combination.
+public final class Counter: MetricFamily {
+    let name: String
+    let help: String
+    let labelNames: [String]
+    private let series = Mutex<[[String]: Double]>([:])
+
+    init(name: String, help: String, labelNames: [String]) {
+        MetricName.check(name, labelNames)
+        self.name = name
+        self.help = help
+        self.labelNames = labelNames
+    }
+
+    /// Adds `amount` (≥ 0) to the series named by `labels` (positional, one value per label name).
+    public func increment(by amount: Double = 1, labels: [String] = []) {
+        precondition(amount >= 0, "counter \(name) can only increase")
+        precondition(labels.count == labelNames.count, "counter \(name) takes labels \(labelNames)")
+        series.withLock { $0[labels, default: 0] += amount }
+    }
+
+    func value(labels: [String]) -> Double? { series.withLock { $0[labels] } }
+
+    func render(into text: inout String) {
+        let samples = series.withLock { $0 }.map { MetricSample(labels: $0.key, value: $0.value) }
+        MetricText.family(name: name, help: help, type: "counter", labelNames: labelNames,
+                          samples: samples, into: &text)
+    }
+}
+
+/// A family of values that go up and down.
+public final class Gauge: MetricFamily {
+    let name: String
+    let help: String
+    let labelNames: [String]
+    private let series = Mutex<[[String]: Double]>([:])
+
+    init(name: String, help: String, labelNames: [String]) {
+        MetricName.check(name, labelNames)
+        self.name = name
+        self.help = help
+        self.labelNames = labelNames
+    }
+
+    /// Sets the series named by `labels` to `value`.
+    public func set(_ value: Double, labels: [String] = []) {
+        check(labels)
+        series.withLock { $0[labels] = value }
+    }
+
+    /// Adds `amount` to the series named by `labels`.
+    public func increment(by amount: Double = 1, labels: [String] = []) {
+        check(labels)
+        series.withLock { $0[labels, default: 0] += amount }
+    }
+
+    /// Subtracts `amount` from the series named by `labels`.
+    public func decrement(by amount: Double = 1, labels: [String] = []) {
+        increment(by: -amount, labels: labels)
+    }
+
+    /// Drops the series named by `labels` (a partition no longer assigned, a connection gone).
+    public func remove(labels: [String]) {
+        _ = series.withLock { $0.removeValue(forKey: labels) }
+    }
+
+    private func check(_ labels: [String]) {
+        precondition(labels.count == labelNames.count, "gauge \(name) takes labels \(labelNames)")
+    }
+
+    func value(labels: [String]) -> Double? { series.withLock { $0[labels] } }
+
+    func render(into text: inout String) {
+        let samples = series.withLock { $0 }.map { MetricSample(labels: $0.key, value: $0.value) }
+        MetricText.family(name: name, help: help, type: "gauge", labelNames: labelNames,
+                          samples: samples, into: &text)
+    }
+}
+
+/// A gauge family whose samples come from a closure at render time.
+public final class CallbackGauge: MetricFamily {
+    let name: String
+    let help: String
+    let labelNames: [String]
+    private let collect: @Sendable () -> [MetricSample]
+
+    init(name: String, help: String, labelNames: [String], collect: @escaping @Sendable () -> [MetricSample]) {
+        MetricName.check(name, labelNames)
+        self.name = name
+        self.help = help
+        self.labelNames = labelNames
+        self.collect = collect
+    }
+
+    func value(labels: [String]) -> Double? { collect().first { $0.labels == labels }?.value }
+
+    func render(into text: inout String) {
+        let samples = collect().filter { $0.labels.count == labelNames.count }
+        MetricText.family(name: name, help: help, type: "gauge", labelNames: labelNames,
+                          samples: samples, into: &text)
+    }
+}
+
+/// A family of distributions with fixed cumulative buckets.
+public final class Histogram: MetricFamily {
+    /// Upper bounds in seconds suited to network latencies: 0.5 ms … 30 s.
+    public static let defaultBuckets: [Double] = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+    ]
+
+    private struct Series {
+        var counts: [UInt64]  // per bucket, not cumulative; the last slot is +Inf
+        var sum: Double = 0
+        var count: UInt64 = 0
+    }
+
+    let name: String
+    let help: String
+    let labelNames: [String]
+    let buckets: [Double]
+    private let series = Mutex<[[String]: Series]>([:])
+
+    init(name: String, help: String, labelNames: [String], buckets: [Double]) {
+        MetricName.check(name, labelNames + ["le"])
+        precondition(!buckets.isEmpty && zip(buckets, buckets.dropFirst()).allSatisfy { $0 < $1 },
+                     "histogram \(name): buckets must be ascending")
+        self.name = name
+        self.help = help
+        self.labelNames = labelNames
+        self.buckets = buckets
+    }
+
+    /// Counts one observation (seconds for durations) into the series named by `labels`.
+    public func observe(_ value: Double, labels: [String] = []) {
+        precondition(labels.count == labelNames.count, "histogram \(name) takes labels \(labelNames)")
+        let slot = buckets.firstIndex { value <= $0 } ?? buckets.count
+        let width = buckets.count + 1
+        series.withLock { all in
+            var entry = all[labels] ?? Series(counts: Array(repeating: 0, count: width))
+            entry.counts[slot] += 1
+            entry.sum += value
+            entry.count += 1
+            all[labels] = entry
+        }
+    }
+
+    func value(labels: [String]) -> Double? { series.withLock { $0[labels].map { Double($0.count) } } }
+
+    func render(into text: inout String) {
+        let all = series.withLock { $0 }
+        MetricText.header(name: name, help: help, type: "histogram", into: &text)
+        for (labels, entry) in all.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            var cumulative: UInt64 = 0
+            for (index, bound) in (buckets + [Double.infinity]).enumerated() {
+                cumulative += entry.counts[index]
+                MetricText.sample(name: name + "_bucket", labelNames: labelNames + ["le"],
+                                  labels: labels + [MetricText.number(bound)], value: Double(cumulative), into: &text)
+            }
+            MetricText.sample(name: name + "_sum", labelNames: labelNames, labels: labels, value: entry.sum, into: &text)
+            MetricText.sample(name: name + "_count", labelNames: labelNames, labels: labels,
+                              value: Double(entry.count), into: &text)
+        }
+    }
+}
+
+/// Metric and label name rules of the Prometheus data model.
+enum MetricName {
+    static func check(_ name: String, _ labelNames: [String]) {
+        precondition(valid(name, allowColon: true), "invalid metric name \(name)")
+        for label in labelNames {
+            precondition(valid(label, allowColon: false) && !label.hasPrefix("__"), "invalid label name \(label) on \(name)")
+        }
+        precondition(Set(labelNames).count == labelNames.count, "duplicate label names on \(name)")
+    }
+
+    static func valid(_ name: String, allowColon: Bool) -> Bool {
+        guard let first = name.unicodeScalars.first else { return false }
+        func letter(_ c: Unicode.Scalar) -> Bool {
+            (c >= "a" && c <= "z") || (c >= "A" && c <= "Z") || c == "_" || (allowColon && c == ":")
+        }
+        return letter(first) && name.unicodeScalars.allSatisfy { letter($0) || ($0 >= "0" && $0 <= "9") }
+    }
+}
+
+/// The text exposition format 0.0.4: `# HELP`, `# TYPE`, then one `name{labels} value` line a series.
+enum MetricText {
+    static func family(name: String, help: String, type: String, labelNames: [String],
+                       samples: [MetricSample], into text: inout String) {
+        header(name: name, help: help, type: type, into: &text)
+        if samples.isEmpty && labelNames.isEmpty {
+            sample(name: name, labelNames: [], labels: [], value: 0, into: &text)
+            return
+        }
+        for entry in samples.sorted(by: { $0.labels.lexicographicallyPrecedes($1.labels) }) {
+            sample(name: name, labelNames: labelNames, labels: entry.labels, value: entry.value, into: &text)
+        }
+    }
+
+    static func header(name: String, help: String, type: String, into text: inout String) {
+        let escapedHelp = help.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
+        text += "# HELP \(name) \(escapedHelp)\n# TYPE \(name) \(type)\n"
+    }
+
+    static func sample(name: String, labelNames: [String], labels: [String], value: Double, into text: inout String) {
+        text += name
+        if !labelNames.isEmpty {
+            text += "{"
+            for (index, (label, labelValue)) in zip(labelNames, labels).enumerated() {
+                if index > 0 { text += "," }
+                text += label + "=\"" + escapeLabel(labelValue) + "\""
+            }
+            text += "}"
+        }
+        text += " " + number(value) + "\n"
+    }
+
+    static func escapeLabel(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"").replacingOccurrences(of: "\n", with: "\\n")
+    }
+
+    /// Integers without a fraction, `+Inf`/`-Inf`/`NaN` as the format spells them.
+    static func number(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value > 0 ? "+Inf" : "-Inf" }
+        if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) }
+        return "\(value)"
+    }
+}
