@@ -134,6 +134,8 @@ final class RegistrationServiceProcess: @unchecked Sendable {  // Process is use
         ])
         guard status == 0 else { throw TestFailure("openssl: \(output)") }
         let cluster = try KafkaMockCluster(brokers: 1)
+        // Clients never create topics: the service answers UNAVAILABLE while its topic is missing.
+        try cluster.createTopic("push.token-events.v1", partitions: 1)
         let logFile = directory.appendingPathComponent("server.log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         let handle = try FileHandle(forWritingTo: logFile)
