@@ -272,9 +272,10 @@ struct TokenStoreBatchTests {
                 [.string("r-\(UUID())"), .string(token)])
         }
         try await pair.batched.apply([Self.forget(user, at: now - 5_000)])
-        // Within the retention nothing goes.
-        #expect(try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(3600)).deleteForgotten() == 0)
-        #expect(try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(1)).deleteForgotten() == 1)
+        // Within the retention nothing goes (other tests' forgotten rows of this schema are older and may).
+        try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(3600)).deleteForgotten()
+        #expect(try await pair.batched.tokens([forgotten, kept]).keys.sorted() == [forgotten, kept].sorted())
+        #expect(try await SendLogRetention(pool: pair.batchedPool, retention: .seconds(1)).deleteForgotten() >= 1)
         #expect(try await pair.batched.tokens([forgotten, kept]).keys.sorted() == [kept])
         let logs = try await pair.batchedPool.query(
             "SELECT device_token FROM send_log WHERE device_token = ANY($1::text[])", [.string("{\(forgotten),\(kept)}")])

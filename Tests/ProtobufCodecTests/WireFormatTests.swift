@@ -69,7 +69,7 @@ struct WireFormatTests {
         #expect(PushType.unrecognized(8) == .liveactivity)
         #expect(PushType(protoName: "PUSH_TYPE_PUSHTOTALK") == .pushtotalk)
         #expect(TokenKind.pushToTalk.protoName == "TOKEN_KIND_PUSH_TO_TALK")
-        #expect(TokenEvent.Action.allCases == [.unspecified, .registered, .unregistered])
+        #expect(TokenEvent.Action.allCases == [.unspecified, .registered, .unregistered, .userForgotten])
         #expect(DeliveryOutcome(rawValue: 4) == .skipped)
         #expect(Environment.allCases.map(\.rawValue) == [0, 1, 2])
     }
