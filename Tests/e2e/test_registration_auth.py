@@ -208,16 +208,34 @@ def test_every_method_refuses_missing_wrong_and_out_of_scope_keys(keys):
     assert status == 200 and reply["eventId"]
 
 
+def every_method(credential: str) -> dict[str, grpc.StatusCode]:
+    """The status of one call of each TokenRegistry method on BUNDLE with `credential`."""
+    registry = stack.pb("token_registry_pb2")
+    device = random_device(BUNDLE, user="rotation-user")
+    channel, s = stub(credential)
+    with channel:
+        return {
+            "RegisterToken": code_of(lambda: s.RegisterToken(registry.RegisterTokenRequest(device=device), timeout=15)),
+            "UnregisterToken": code_of(lambda: s.UnregisterToken(
+                registry.UnregisterTokenRequest(device_token=device.device_token, bundle_id=BUNDLE), timeout=15)),
+            "BatchRegisterTokens": code_of(lambda: s.BatchRegisterTokens(
+                registry.BatchRegisterTokensRequest(registrations=[registry.RegisterTokenRequest(device=device)]), timeout=15)),
+            "ForgetUser": code_of(lambda: s.ForgetUser(registry.ForgetUserRequest(bundle_id=BUNDLE, user_id="rotation-user"), timeout=15)),
+        }
+
+
 def test_a_rotated_key_replaces_the_old_one(keys):
+    operations = ["register", "unregister", "admin"]
     old, new = new_key(f"rot-old-{uuid.uuid4().hex[:6]}"), new_key(f"rot-new-{uuid.uuid4().hex[:6]}")
-    keys.write(keys.document([entry(old, [BUNDLE], ["register"])]), old)
-    assert register(old, random_device()).event_id
+    ok = {m: grpc.StatusCode.OK for m in ["RegisterToken", "UnregisterToken", "BatchRegisterTokens", "ForgetUser"]}
+    refused = {m: grpc.StatusCode.UNAUTHENTICATED for m in ok}
+    keys.write(keys.document([entry(old, [BUNDLE], operations)]), old)
+    assert every_method(old) == ok and every_method(new) == refused
     # Both at once while callers move over.
-    keys.write(keys.document([entry(old, [BUNDLE], ["register"]), entry(new, [BUNDLE], ["register"])]), new)
-    assert register(old, random_device()).event_id and register(new, random_device()).event_id
-    keys.write(keys.document([entry(new, [BUNDLE], ["register"])]), old)
-    assert code_of(lambda: register(old, random_device())) == grpc.StatusCode.UNAUTHENTICATED
-    assert register(new, random_device()).event_id
+    keys.write(keys.document([entry(old, [BUNDLE], operations), entry(new, [BUNDLE], operations)]), new)
+    assert every_method(old) == ok and every_method(new) == ok
+    keys.write(keys.document([entry(new, [BUNDLE], operations)]), old)
+    assert every_method(old) == refused and every_method(new) == ok
     keys.write(keys.document(), keys.scoped)
 
 
