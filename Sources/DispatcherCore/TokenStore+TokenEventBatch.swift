@@ -1,27 +1,6 @@
 import Postgres
 import PushMessages
 
-/// What applying token events did: how many events changed the table, and the rows that
-/// `USER_FORGOTTEN` events deactivated (the dispatcher announces each as `TokenInvalidated`).
-public struct TokenEventsApplied: Sendable, Equatable {
-    /// A row a forgotten user had.
-    public struct ForgottenToken: Sendable, Equatable {
-        public var deviceToken: String
-        public var bundleID: String
-        public var userID: String
-        public var installationID: String
-        /// `sandbox` or `production`.
-        public var environment: String
-        /// The forget event's time, ms since the UNIX epoch.
-        public var eventTimeMs: Int64
-    }
-
-    /// The number of events that changed the table.
-    public var changed = 0
-    /// The rows forgotten, in no particular order.
-    public var forgotten: [ForgottenToken] = []
-}
-
 extension TokenStore {
     /// The transaction-level advisory lock that serializes token-event batches (an arbitrary constant
     /// of this project; migrations use their own key).

@@ -104,6 +104,7 @@ public struct RegistrationCredentials: Sendable {
 
     /// A key file that cannot be used; the message names the entry and field, never a secret.
     public struct FormatError: Error, Sendable, CustomStringConvertible {
+        /// What is wrong, naming the entry and field.
         public let description: String
         init(_ description: String) { self.description = description }
     }

@@ -1,9 +1,11 @@
 import Foundation
+import HTTP2
 import Kafka
 import ServiceCore
 import Synchronization
 import Testing
 
+@testable import GRPC
 @testable import RegistrationServiceCore
 
 /// The service under a `ServiceGroup`: it binds and connects only in `run`, stops gracefully on the
@@ -37,6 +39,44 @@ struct RegistrationServiceLifecycleTests {
         group.triggerGracefulShutdown()
         #expect(try await run.value == .graceful)
         #expect(!canConnect(port: bound))
+    }
+
+    /// Health follows the lifecycle: SERVING once Kafka answers; on graceful shutdown an open Watch
+    /// receives NOT_SERVING and ends (OK), so it does not hold the drain, and the group ends gracefully.
+    @Test func healthWatchSeesNotServingAtShutdownAndDoesNotHoldTheDrain() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        let port = Mutex<Int?>(nil)
+        var settings = configuration(cluster)
+        settings.healthProbeInterval = .milliseconds(200)
+        let service = RegistrationService(configuration: settings, logger: logger) { bound in port.withLock { $0 = bound } }
+        let group = ServiceGroup(services: [service], configuration: .init(signals: [], gracePeriod: .seconds(10)), logger: logger)
+        let run = Task { try await group.run() }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while port.withLock({ $0 }) == nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        let bound = try #require(port.withLock { $0 })
+        let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: bound)
+        func call(_ path: String, _ request: HealthCheckRequest) async throws -> HTTP2Response {
+            try await connection.send(HTTP2Request(
+                method: "POST", path: path, headers: [HTTP2Header("content-type", "application/grpc"), HTTP2Header("te", "trailers")],
+                body: GRPCWire.frame(request.serializedBytes())), timeout: .seconds(30))
+        }
+        func statuses(_ response: HTTP2Response) throws -> [HealthCheckResponse.ServingStatus] {
+            try GRPCWire.unframeAll(response.body, maxSize: 1 << 10).map { try HealthCheckResponse(protobufBytes: $0).status }
+        }
+        var serving = false
+        while !serving && ContinuousClock.now < deadline {
+            serving = try statuses(await call(Health.Check.path, HealthCheckRequest())) == [.serving]
+            if !serving { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(serving, "SERVING once the broker answers")
+        let watch = Task { try await call(Health.Watch.path, HealthCheckRequest(service: "push.v1.TokenRegistry")) }
+        try await Task.sleep(for: .milliseconds(300))  // let the Watch start; its first message is SERVING either way
+        group.triggerGracefulShutdown()
+        let response = try await watch.value
+        #expect(try statuses(response) == [.serving, .notServing])
+        #expect(response.trailers.first { $0.name == "grpc-status" }?.value == "0")
+        #expect(try await run.value == .graceful)
+        await connection.close()
     }
 
     @Test func aBindFailureInRunEndsTheGroupWithTheError() async throws {

@@ -73,36 +73,22 @@ def auth_headers(key: str | None = None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"} if key else {}
 
 
-class _BearerAuth:
-    """Adds `authorization: Bearer <credential>` to every call of a channel (grpcio interceptor)."""
+def _bearer_interceptor(credential: str):
+    """A grpcio interceptor that adds `authorization: Bearer <credential>` to every call."""
+    import grpc
 
-    def __new__(cls, credential: str):
-        import grpc
+    class BearerAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+        def _with_auth(self, details):
+            # grpcio hands a namedtuple-based ClientCallDetails: replace its metadata.
+            return details._replace(metadata=list(details.metadata or []) + [("authorization", f"Bearer {credential}")])
 
-        class Interceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-            def _add(self, details):
-                metadata = list(details.metadata or []) + [("authorization", f"Bearer {credential}")]
-                return details._replace(metadata=metadata) if hasattr(details, "_replace") else _Details(details, metadata)
+        def intercept_unary_unary(self, continuation, details, request):
+            return continuation(self._with_auth(details), request)
 
-            def intercept_unary_unary(self, continuation, details, request):
-                return continuation(self._add(details), request)
+        def intercept_unary_stream(self, continuation, details, request):
+            return continuation(self._with_auth(details), request)
 
-            def intercept_unary_stream(self, continuation, details, request):
-                return continuation(self._add(details), request)
-
-        return Interceptor()
-
-
-class _Details:
-    """grpc.ClientCallDetails with other metadata."""
-
-    def __init__(self, details, metadata):
-        self.method = details.method
-        self.timeout = details.timeout
-        self.metadata = metadata
-        self.credentials = details.credentials
-        self.wait_for_ready = getattr(details, "wait_for_ready", None)
-        self.compression = getattr(details, "compression", None)
+    return BearerAuth()
 
 
 def grpc_channel(credential: str | None = None):
@@ -111,7 +97,7 @@ def grpc_channel(credential: str | None = None):
     import grpc
     channel = grpc.insecure_channel(stack_env()["PUSH_GRPC_ADDRESS"])
     credential = api_key() if credential is None else credential
-    return grpc.intercept_channel(channel, _BearerAuth(credential)) if credential else channel
+    return grpc.intercept_channel(channel, _bearer_interceptor(credential)) if credential else channel
 
 
 def kafka_control(*commands: str) -> list[str]:
