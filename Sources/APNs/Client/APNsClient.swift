@@ -175,8 +175,8 @@ public final class APNsClient: Sendable {
     /// Entries in `tokenHolds` (read without the lock on every send).
     private let tokenHoldCount = Atomic<Int>(0)
     private let logger: Logger
-    /// Counters for dashboards and alerts.
-    public let metrics = APNsClientMetrics()
+    /// Counters for dashboards and alerts (the registry's `push_apns_*` families and a snapshot).
+    public let metrics: APNsClientMetrics
 
     private struct TokenHold {
         var until: ContinuousClock.Instant
@@ -184,8 +184,10 @@ public final class APNsClient: Sendable {
     }
 
     /// Creates a client that signs every request with `tokens`' key (one team for every bundle ID).
-    public convenience init(configuration: Configuration, tokens: APNsProviderTokenCache, logger: Logger = Logger(label: "apns.client")) {
-        self.init(configuration: configuration, credentials: [:], defaultCredentials: .token(tokens), logger: logger)
+    /// - Parameter metrics: where the `push_apns_*` families are counted; default the process's registry.
+    public convenience init(configuration: Configuration, tokens: APNsProviderTokenCache, logger: Logger = Logger(label: "apns.client"),
+                            metrics: MetricsRegistry = .shared) {
+        self.init(configuration: configuration, credentials: [:], defaultCredentials: .token(tokens), logger: logger, metrics: metrics)
     }
 
     /// Creates a client for several apps and teams.
@@ -193,10 +195,13 @@ public final class APNsClient: Sendable {
     ///   - credentials: credentials per bundle ID (the topic without its push-type suffix; for
     ///     `mdm`, the certificate's topic).
     ///   - defaultCredentials: for bundle IDs not in `credentials`; nil refuses them.
+    ///   - logger: where the client logs.
+    ///   - metrics: where the `push_apns_*` families are counted; default the process's registry.
     public init(
         configuration: Configuration, credentials: [String: APNsCredentials], defaultCredentials: APNsCredentials? = nil,
-        logger: Logger = Logger(label: "apns.client")
+        logger: Logger = Logger(label: "apns.client"), metrics: MetricsRegistry = .shared
     ) {
+        self.metrics = APNsClientMetrics(registry: metrics)
         self.configuration = configuration
         self.credentialsByBundleID = credentials
         self.defaultCredentials = defaultCredentials
@@ -250,6 +255,7 @@ public final class APNsClient: Sendable {
         func pause(_ delay: Duration, _ reason: APNsRetryReason) async throws {
             if reason != .circuitOpen { metrics.increment("retries") }
             metrics.increment("retries_\(reason.metricLabel)")
+            metrics.retriesTotal.increment(labels: [reason.metricLabel])
             if let waiter = options.waiter {
                 try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: reason)
             } else {
@@ -318,7 +324,7 @@ public final class APNsClient: Sendable {
                     (jwt, authorization) = (token, value)
                 case .retireConnection:
                     pool.release(connection, status: nil)
-                    pool.retire(connection, because: "its JWT can neither be kept nor changed yet")
+                    pool.retire(connection, cause: "jwt", because: "its JWT can neither be kept nor changed yet")
                     continue
                 }
                 // What is left of the attempt's budget, but never less than the request timeout's
@@ -353,7 +359,7 @@ public final class APNsClient: Sendable {
                 if error.wasNotProcessed {
                     // Not processed by APNs: sent again at once elsewhere, not a failure (RFC 9113 §8.7).
                     metrics.increment("unprocessed_resends")
-                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, because: "going away") }
+                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, cause: "goaway", because: "going away") }
                     event = .notProcessed
                 } else if error.code == .timeout {
                     lastError = error
@@ -367,11 +373,20 @@ public final class APNsClient: Sendable {
                     metrics.countAttempt(status: nil)
                     metrics.increment("connection_errors")
                     pool.recordFailure(on: connection)
-                    if error.code != .streamReset { pool.retire(connection, because: "request failed: \(error.code)") }
+                    if error.code != .streamReset { pool.retire(connection, cause: "request_failed", because: "request failed: \(error.code)") }
                     event = .connectionLost
                 } else {
                     throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: machine.attempts)
                 }
+            }
+            if case .notProcessed = event {} else if case .noConnection = event {} else {
+                let status = answered.map { String($0.response.status) } ?? "none"
+                let reasonLabel: String
+                if let answered { reasonLabel = answered.response.reason?.rawValue ?? "" } else { reasonLabel = event == .streamTimeout ? "timeout" : "connection_error" }
+                metrics.requestsTotal.increment(labels: [Self.bundleID(of: request), request.pushType.rawValue, status, reasonLabel])
+                let elapsed = started.duration(to: .now)
+                metrics.requestDuration.observe(
+                    Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, labels: [request.pushType.rawValue])
             }
             if let answered {
                 metrics.countAttempt(status: answered.response.status)
@@ -398,7 +413,7 @@ public final class APNsClient: Sendable {
                     break
                 case .retire:
                     if let answered {
-                        pool.retire(answered.connection, because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
+                        pool.retire(answered.connection, cause: "retry_on_new_connection", because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
                     }
                 case .retireAndRenewProviderToken:
                     guard let answered, let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
@@ -414,6 +429,7 @@ public final class APNsClient: Sendable {
                     holdToken(token, for: delay)
                     metrics.increment("retries")
                     metrics.increment("retries_\(APNsRetryReason.tooManyRequests.metricLabel)")
+                    metrics.retriesTotal.increment(labels: [APNsRetryReason.tooManyRequests.metricLabel])
                     if let waiter = options.waiter {
                         try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: .tooManyRequests)
                     }
@@ -423,6 +439,13 @@ public final class APNsClient: Sendable {
                     try await pause(delay, reason)
                 } else {
                     metrics.increment("retries")
+                    let label: String
+                    switch (event, change) {
+                    case (.notProcessed, _): label = "unprocessed"
+                    case (_, .retireAndRenewProviderToken): label = "provider_token_renewed"
+                    default: label = "new_connection"
+                    }
+                    metrics.retriesTotal.increment(labels: [label])
                 }
             }
         }
@@ -466,6 +489,7 @@ public final class APNsClient: Sendable {
     /// Counts a provider-token fault and logs it at most once a minute per reason with its likely cause.
     private func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
+        metrics.providerTokenFaults.increment(labels: [reason.rawValue])
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
         guard providerTokenFaultLog.withLock({ $0.shouldLog(reason.rawValue, nowSeconds: nowSeconds) }) else { return }
