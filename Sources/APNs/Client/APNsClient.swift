@@ -492,7 +492,9 @@ public final class APNsClient: Sendable {
         metrics.providerTokenFaults.increment(labels: [reason.rawValue])
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
+        if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }
         guard providerTokenFaultLog.withLock({ $0.shouldLog(reason.rawValue, nowSeconds: nowSeconds) }) else { return }
+        metrics.increment("provider_token_fault_log_lines")
         var fields = ["reason": reason.rawValue, "status": "\(response.status)", "pool": "\(pool.credentials.label)/\(pool.environment)"]
         if let cache = pool.credentials.providerTokens {
             fields["key_id"] = cache.keyID
@@ -500,11 +502,15 @@ public final class APNsClient: Sendable {
         }
         if let jwt { fields["jwt_iat"] = "\(jwt.issuedAt)" }
         if let skew { fields["server_clock_skew_s"] = "\(skew)" }
-        logger.error("APNs refused our provider token: \(Self.likelyCause(reason, skewSeconds: skew)); device tokens are untouched", fields)
+        logger.error("APNs refused our provider token: \(Self.providerTokenFaultCause(reason, skewSeconds: skew)); device tokens are untouched", fields)
     }
 
-    /// The likely cause of a provider-token fault, for the operator (docs/apns-client.md "Provider tokens").
-    static func likelyCause(_ reason: APNsReason, skewSeconds skew: Int64?) -> String {
+    /// The likely cause of a provider-token fault, in the words of its log line (docs/apns-client.md
+    /// "Provider tokens").
+    /// - Parameters:
+    ///   - reason: Apple's reason.
+    ///   - skew: the server's clock minus ours in seconds (from the response's `date` header), if known.
+    public static func providerTokenFaultCause(_ reason: APNsReason, skewSeconds skew: Int64?) -> String {
         let clock: String
         if let skew, abs(skew) >= 60 {
             clock = "the server's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") ours (its date header): fix the clock (NTP)"
@@ -604,7 +610,7 @@ public final class APNsClient: Sendable {
             logger.error("APNs refused a provider token change (TooManyProviderTokenUpdates): JWT reuse is broken", [:])
         case .expiredProviderToken:
             metrics.increment("expired_provider_tokens")
-            logger.warning("APNs answered ExpiredProviderToken: minting a new JWT on a new connection", [:])
+            logger.debug("APNs answered ExpiredProviderToken", [:])
         default:
             if reason.raisesAlert { logger.error("APNs refused our credentials or configuration", ["reason": reason.rawValue]) }
         }

@@ -560,6 +560,8 @@ final class APNsConnectionPool: Sendable {
                         // Streams open but nothing heard for `pingTimeout`: is anyone there?
                         due_ = (connection.connection.timeSinceLastFrame ?? .zero) >= configuration.pingTimeout
                             && connection.lastActivity.duration(to: now) >= configuration.pingTimeout
+                        // No new streams until the PING answers: a retry must not land on it too.
+                        if due_ { connection.suspect = true }
                     }
                     if due_ {
                         connection.pinging = true
