@@ -37,7 +37,10 @@ struct HTTP2PingTests {
             }
             let elapsed = start.duration(to: clock.now)
             #expect(rtt != nil, "round \(round): no ACK matched within 2 s")
-            #expect(elapsed < .milliseconds(100), "round \(round): ping() returned after \(elapsed) (round trip \(String(describing: rtt)))")
+            // The round trip is measured on the connection's own thread; the caller's wake-up adds
+            // scheduling delay on a loaded machine, hence the looser bound on `elapsed`.
+            #expect(rtt.map { $0 < .milliseconds(100) } == true, "round \(round): round trip \(String(describing: rtt))")
+            #expect(elapsed < .seconds(1), "round \(round): ping() returned after \(elapsed)")
         }
         await connection.close()
     }

@@ -285,8 +285,10 @@ public final class APNsClient: Sendable {
         while true {
             if heldToken { try await waitForTokenHold(token) }
             // The circuit breaker: while open nothing is sent, and waiting spends no attempt.
+            var isTrial = false
             switch pool.admit() {
-            case .send, .trial: break
+            case .send: break
+            case .trial: isTrial = true
             case .wait(let wait):
                 switch machine.handle(.circuitOpen(wait: wait), nowMilliseconds: configuration.clock.nowMilliseconds()) {
                 case .retry(let delay, _, _):
@@ -307,6 +309,11 @@ public final class APNsClient: Sendable {
                     connection = try await pool.acquire(waitingAtMost: attemptBudget)
                 } catch let error as HTTP2Error {
                     throw AttemptFailure.noConnection(error)
+                }
+                // The breaker may have opened while this caller waited for a stream: it must not send.
+                if !isTrial, pool.circuitState != .closed, case .wait(let wait) = pool.admit() {
+                    pool.release(connection, status: nil)
+                    throw AttemptFailure.circuitOpen(wait)
                 }
                 let choice: APNsConnectionPool.ProviderTokenChoice
                 do {
@@ -348,6 +355,8 @@ public final class APNsClient: Sendable {
                 answered = (response, connection, jwt)
                 lastResponse = response
                 event = .response(status: response.status, reason: response.reason)
+            } catch AttemptFailure.circuitOpen(let wait) {
+                event = .circuitOpen(wait: wait)
             } catch AttemptFailure.noConnection(let error) {
                 if Task.isCancelled { throw CancellationError() }
                 lastError = error
@@ -379,7 +388,7 @@ public final class APNsClient: Sendable {
                     throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: machine.attempts)
                 }
             }
-            if case .notProcessed = event {} else if case .noConnection = event {} else {
+            if case .notProcessed = event {} else if case .noConnection = event {} else if case .circuitOpen = event {} else {
                 let status = answered.map { String($0.response.status) } ?? "none"
                 let reasonLabel: String
                 if let answered { reasonLabel = answered.response.reason?.rawValue ?? "" } else { reasonLabel = event == .streamTimeout ? "timeout" : "connection_error" }
@@ -457,6 +466,8 @@ public final class APNsClient: Sendable {
         case noConnection(HTTP2Error)
         /// The stream on `connection` failed.
         case sent(HTTP2Error, PooledConnection)
+        /// The circuit breaker opened while waiting for a stream: nothing sent.
+        case circuitOpen(Duration)
     }
 
     /// After 403 `ExpiredProviderToken`: mints (single-flight) the token the retry carries and retires
