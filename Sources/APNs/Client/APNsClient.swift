@@ -447,7 +447,7 @@ public final class APNsClient: Sendable {
                 if let reason, delay > .zero {
                     try await pause(delay, reason)
                 } else {
-                    metrics.increment("retries")
+                    if event != .notProcessed { metrics.increment("retries") }
                     let label: String
                     switch (event, change) {
                     case (.notProcessed, _): label = "unprocessed"
