@@ -27,6 +27,7 @@ public final class APNsProviderTokenCache: Sendable {
     private let clock: any WallClock
     private let refreshAgeSeconds: Int64
     private let state = Mutex(State())
+    private let mints: Counter
 
     private struct State {
         var current: APNsJWT?
@@ -43,10 +44,12 @@ public final class APNsProviderTokenCache: Sendable {
     ///   - teamID: the 10-character Team ID.
     ///   - refreshAge: replace the token at this age; default 50 minutes, clamped to 20…59 minutes.
     ///   - clock: the time source (`SystemWallClock` in production, `ManualWallClock` in tests).
+    ///   - metrics: counts `push_apns_jwt_mints_total`; default the process's registry.
     public init(
         signingKey: APNsSigningKey, keyID: String, teamID: String,
-        refreshAge: Duration = .seconds(50 * 60), clock: any WallClock = SystemWallClock()
+        refreshAge: Duration = .seconds(50 * 60), clock: any WallClock = SystemWallClock(), metrics: MetricsRegistry = .shared
     ) {
+        self.mints = metrics.counter("push_apns_jwt_mints_total", help: "Provider tokens (JWT) signed")
         self.signingKey = signingKey
         self.keyID = keyID
         self.teamID = teamID
@@ -91,6 +94,7 @@ public final class APNsProviderTokenCache: Sendable {
             state.invalidated = false
             state.renewed = false
             state.mints += 1
+            mints.increment()
             return token
         }
     }
@@ -118,6 +122,7 @@ public final class APNsProviderTokenCache: Sendable {
             state.invalidated = false
             state.renewed = true
             state.mints += 1
+            mints.increment()
             return token
         }
     }

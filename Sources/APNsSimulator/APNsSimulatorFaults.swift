@@ -23,6 +23,7 @@ import Foundation
 ///  "goaway": {"after_streams": 100, "every_ms": 30000, "reason": "Shutdown", "error_code": 0},
 ///  "drop_after_streams": 50,
 ///  "unanswered_share": 0.1,
+///  "provider_tokens_expired_through_iat": 1796100000,
 ///  "max_concurrent_streams": 1000,
 ///  "max_concurrent_streams_schedule": [{"after_ms": 1000, "value": 10}, {"after_ms": 5000, "value": 1000}]}
 /// ```
@@ -134,6 +135,10 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     /// Later changes of SETTINGS_MAX_CONCURRENT_STREAMS on each connection, by time since its first
     /// request. JSON `max_concurrent_streams_schedule`.
     public var maxConcurrentStreamsSchedule: [StreamLimitStep] = []
+    /// Provider tokens (JWT) whose `iat` is at most this (seconds since the epoch) are answered 403
+    /// `ExpiredProviderToken`, whatever their age: APNs refusing a token the provider still thinks
+    /// young (a provider clock behind Apple's). nil = off. JSON `provider_tokens_expired_through_iat`.
+    public var providerTokensExpiredThroughIat: Int64?
 
     /// No faults.
     public init() {}
@@ -240,6 +245,7 @@ extension APNsSimulatorFaults {
         }
         dropAfterStreams = try reader.int("drop_after_streams", range: 0...Int(Int32.max)) ?? 0
         unansweredShare = try reader.share("unanswered_share") ?? 0
+        providerTokensExpiredThroughIat = try reader.int64("provider_tokens_expired_through_iat")
         maxConcurrentStreams = UInt32(try reader.int("max_concurrent_streams", range: 1...Int(Int32.max)) ?? 1000)
         if let steps = try reader.array("max_concurrent_streams_schedule") {
             maxConcurrentStreamsSchedule = try steps.enumerated().map { (index, item) throws(APNsSimulatorError) in
@@ -274,6 +280,7 @@ extension APNsSimulatorFaults {
                 "max_ms": latency.maximum.wholeMilliseconds, "mean_ms": latency.mean.wholeMilliseconds, "share": latency.share,
             ]
         }
+        if let providerTokensExpiredThroughIat { object["provider_tokens_expired_through_iat"] = providerTokensExpiredThroughIat }
         if let tokenRateLimit {
             object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.wholeMilliseconds]
         }

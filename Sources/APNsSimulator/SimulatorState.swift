@@ -351,7 +351,8 @@ final class SimulatorState: Sendable {
         guard !tokenText.utf8.contains(UInt8(ascii: "/")) else { return .reject(.badPath) }  // not Foundation's contains: hot path
 
         if connection.certificate == nil {
-            if let failure = checkProviderToken(fields.authorization, connection, environment: environment, now: now) {
+            if let failure = checkProviderToken(fields.authorization, connection, environment: environment, now: now,
+                                                 expiredThroughIat: faults.providerTokensExpiredThroughIat) {
                 return .reject(failure)
             }
         }
@@ -429,15 +430,19 @@ final class SimulatorState: Sendable {
     /// expired (429 `TooManyProviderTokenUpdates`). The first accepted JWT binds its Key ID to the
     /// connection (`UnrelatedKeyIdInToken` for another).
     private func checkProviderToken(
-        _ authorization: String?, _ connection: ConnectionState, environment: APNsEnvironment, now: Int64
+        _ authorization: String?, _ connection: ConnectionState, environment: APNsEnvironment, now: Int64,
+        expiredThroughIat: Int64? = nil
     ) -> APNsReason? {
+        func expired(_ verified: APNsVerifiedJWT) -> Bool {
+            verified.age(atSeconds: now / 1000) > 3600 || expiredThroughIat.map { verified.issuedAt <= $0 } == true
+        }
         guard let authorization, !authorization.isEmpty else { return .missingProviderToken }
         guard Self.hasBearerPrefix(authorization) else { return .invalidProviderToken }
         let jwt = authorization.dropFirst(7)
         let nowSeconds = now / 1000
         let cached: APNsReason?? = connection.fields.withLock { fields in
             guard let current = fields.jwt, current == jwt, let verified = fields.verified else { return .none }
-            return .some(verified.age(atSeconds: nowSeconds) > 3600 ? .expiredProviderToken : nil)
+            return .some(expired(verified) ? .expiredProviderToken : nil)
         }
         if let cached { return cached }
 
@@ -446,7 +451,7 @@ final class SimulatorState: Sendable {
         if let restricted = key.environment, restricted != environment { return .badEnvironmentKeyIdInToken }
         return connection.fields.withLock { fields -> APNsReason? in
             if let bound = fields.boundKeyID, bound != verified.keyID { return .unrelatedKeyIdInToken }
-            if verified.age(atSeconds: nowSeconds) > 3600 { return .expiredProviderToken }
+            if expired(verified) { return .expiredProviderToken }
             if let current = fields.verified,
                now - fields.installedAtMilliseconds < 20 * 60 * 1000,
                current.age(atSeconds: nowSeconds) <= 3600 {

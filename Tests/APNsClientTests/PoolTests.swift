@@ -202,8 +202,8 @@ import Testing
             defer { Task { await client.shutdown() } }
             _ = try await client.send(alert(0), environment: .production)
             #expect(client.metrics["connections_opened"] == 1)
-            try await Task.sleep(for: .milliseconds(800))
-            #expect(client.metrics["connections_opened"] == 3)
+            try await waitFor(deadline: .seconds(10), "three connections") { client.metrics["connections_opened"] == 3 }
+            try await waitFor(deadline: .seconds(10), "three pings") { client.metrics["pings"] >= 3 }
             #expect(client.metrics["dns_lookups"] == 3, "one uncached look-up per connection")
             #expect(client.metrics["pings"] >= 3)
             #expect(client.metrics["ping_failures"] == 0)

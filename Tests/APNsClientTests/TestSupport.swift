@@ -90,10 +90,11 @@ struct Credentials: Sendable {
         ]
     }
 
-    func tokens(key: Int = 1, clock: any WallClock) throws -> APNsProviderTokenCache {
+    func tokens(key: Int = 1, clock: any WallClock, metrics: MetricsRegistry = .shared) throws -> APNsProviderTokenCache {
         let signingKey = try APNsSigningKey(p8: try text("key\(key).p8"))
         return APNsProviderTokenCache(
-            signingKey: signingKey, keyID: key == 1 ? Self.key1 : Self.key2, teamID: key == 1 ? Self.team1 : Self.team2, clock: clock)
+            signingKey: signingKey, keyID: key == 1 ? Self.key1 : Self.key2, teamID: key == 1 ? Self.team1 : Self.team2, clock: clock,
+            metrics: metrics)
     }
 
     func appCertificate() throws -> APNsCertificateCredentials {

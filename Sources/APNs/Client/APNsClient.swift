@@ -175,8 +175,8 @@ public final class APNsClient: Sendable {
     /// Entries in `tokenHolds` (read without the lock on every send).
     private let tokenHoldCount = Atomic<Int>(0)
     private let logger: Logger
-    /// Counters for dashboards and alerts.
-    public let metrics = APNsClientMetrics()
+    /// Counters for dashboards and alerts (the registry's `push_apns_*` families and a snapshot).
+    public let metrics: APNsClientMetrics
 
     private struct TokenHold {
         var until: ContinuousClock.Instant
@@ -184,8 +184,10 @@ public final class APNsClient: Sendable {
     }
 
     /// Creates a client that signs every request with `tokens`' key (one team for every bundle ID).
-    public convenience init(configuration: Configuration, tokens: APNsProviderTokenCache, logger: Logger = Logger(label: "apns.client")) {
-        self.init(configuration: configuration, credentials: [:], defaultCredentials: .token(tokens), logger: logger)
+    /// - Parameter metrics: where the `push_apns_*` families are counted; default the process's registry.
+    public convenience init(configuration: Configuration, tokens: APNsProviderTokenCache, logger: Logger = Logger(label: "apns.client"),
+                            metrics: MetricsRegistry = .shared) {
+        self.init(configuration: configuration, credentials: [:], defaultCredentials: .token(tokens), logger: logger, metrics: metrics)
     }
 
     /// Creates a client for several apps and teams.
@@ -193,10 +195,13 @@ public final class APNsClient: Sendable {
     ///   - credentials: credentials per bundle ID (the topic without its push-type suffix; for
     ///     `mdm`, the certificate's topic).
     ///   - defaultCredentials: for bundle IDs not in `credentials`; nil refuses them.
+    ///   - logger: where the client logs.
+    ///   - metrics: where the `push_apns_*` families are counted; default the process's registry.
     public init(
         configuration: Configuration, credentials: [String: APNsCredentials], defaultCredentials: APNsCredentials? = nil,
-        logger: Logger = Logger(label: "apns.client")
+        logger: Logger = Logger(label: "apns.client"), metrics: MetricsRegistry = .shared
     ) {
+        self.metrics = APNsClientMetrics(registry: metrics)
         self.configuration = configuration
         self.credentialsByBundleID = credentials
         self.defaultCredentials = defaultCredentials
@@ -250,6 +255,7 @@ public final class APNsClient: Sendable {
         func pause(_ delay: Duration, _ reason: APNsRetryReason) async throws {
             if reason != .circuitOpen { metrics.increment("retries") }
             metrics.increment("retries_\(reason.metricLabel)")
+            metrics.retriesTotal.increment(labels: [reason.metricLabel])
             if let waiter = options.waiter {
                 try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: reason)
             } else {
@@ -279,8 +285,10 @@ public final class APNsClient: Sendable {
         while true {
             if heldToken { try await waitForTokenHold(token) }
             // The circuit breaker: while open nothing is sent, and waiting spends no attempt.
+            var isTrial = false
             switch pool.admit() {
-            case .send, .trial: break
+            case .send: break
+            case .trial: isTrial = true
             case .wait(let wait):
                 switch machine.handle(.circuitOpen(wait: wait), nowMilliseconds: configuration.clock.nowMilliseconds()) {
                 case .retry(let delay, _, _):
@@ -302,6 +310,11 @@ public final class APNsClient: Sendable {
                 } catch let error as HTTP2Error {
                     throw AttemptFailure.noConnection(error)
                 }
+                // The breaker may have opened while this caller waited for a stream: it must not send.
+                if !isTrial, pool.circuitState != .closed, case .wait(let wait) = pool.admit() {
+                    pool.release(connection, status: nil)
+                    throw AttemptFailure.circuitOpen(wait)
+                }
                 let choice: APNsConnectionPool.ProviderTokenChoice
                 do {
                     choice = try pool.providerToken(for: connection)
@@ -318,7 +331,7 @@ public final class APNsClient: Sendable {
                     (jwt, authorization) = (token, value)
                 case .retireConnection:
                     pool.release(connection, status: nil)
-                    pool.retire(connection, because: "its JWT can neither be kept nor changed yet")
+                    pool.retire(connection, cause: "jwt", because: "its JWT can neither be kept nor changed yet")
                     continue
                 }
                 // What is left of the attempt's budget, but never less than the request timeout's
@@ -342,6 +355,8 @@ public final class APNsClient: Sendable {
                 answered = (response, connection, jwt)
                 lastResponse = response
                 event = .response(status: response.status, reason: response.reason)
+            } catch AttemptFailure.circuitOpen(let wait) {
+                event = .circuitOpen(wait: wait)
             } catch AttemptFailure.noConnection(let error) {
                 if Task.isCancelled { throw CancellationError() }
                 lastError = error
@@ -353,7 +368,7 @@ public final class APNsClient: Sendable {
                 if error.wasNotProcessed {
                     // Not processed by APNs: sent again at once elsewhere, not a failure (RFC 9113 §8.7).
                     metrics.increment("unprocessed_resends")
-                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, because: "going away") }
+                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, cause: "goaway", because: "going away") }
                     event = .notProcessed
                 } else if error.code == .timeout {
                     lastError = error
@@ -367,11 +382,20 @@ public final class APNsClient: Sendable {
                     metrics.countAttempt(status: nil)
                     metrics.increment("connection_errors")
                     pool.recordFailure(on: connection)
-                    if error.code != .streamReset { pool.retire(connection, because: "request failed: \(error.code)") }
+                    if error.code != .streamReset { pool.retire(connection, cause: "request_failed", because: "request failed: \(error.code)") }
                     event = .connectionLost
                 } else {
                     throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: machine.attempts)
                 }
+            }
+            if case .notProcessed = event {} else if case .noConnection = event {} else if case .circuitOpen = event {} else {
+                let status = answered.map { String($0.response.status) } ?? "none"
+                let reasonLabel: String
+                if let answered { reasonLabel = answered.response.reason?.rawValue ?? "" } else { reasonLabel = event == .streamTimeout ? "timeout" : "connection_error" }
+                metrics.requestsTotal.increment(labels: [Self.bundleID(of: request), request.pushType.rawValue, status, reasonLabel])
+                let elapsed = started.duration(to: .now)
+                metrics.requestDuration.observe(
+                    Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, labels: [request.pushType.rawValue])
             }
             if let answered {
                 metrics.countAttempt(status: answered.response.status)
@@ -398,7 +422,7 @@ public final class APNsClient: Sendable {
                     break
                 case .retire:
                     if let answered {
-                        pool.retire(answered.connection, because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
+                        pool.retire(answered.connection, cause: "retry_on_new_connection", because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
                     }
                 case .retireAndRenewProviderToken:
                     guard let answered, let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
@@ -414,6 +438,7 @@ public final class APNsClient: Sendable {
                     holdToken(token, for: delay)
                     metrics.increment("retries")
                     metrics.increment("retries_\(APNsRetryReason.tooManyRequests.metricLabel)")
+                    metrics.retriesTotal.increment(labels: [APNsRetryReason.tooManyRequests.metricLabel])
                     if let waiter = options.waiter {
                         try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: .tooManyRequests)
                     }
@@ -422,7 +447,14 @@ public final class APNsClient: Sendable {
                 if let reason, delay > .zero {
                     try await pause(delay, reason)
                 } else {
-                    metrics.increment("retries")
+                    if event != .notProcessed { metrics.increment("retries") }
+                    let label: String
+                    switch (event, change) {
+                    case (.notProcessed, _): label = "unprocessed"
+                    case (_, .retireAndRenewProviderToken): label = "provider_token_renewed"
+                    default: label = "new_connection"
+                    }
+                    metrics.retriesTotal.increment(labels: [label])
                 }
             }
         }
@@ -434,6 +466,8 @@ public final class APNsClient: Sendable {
         case noConnection(HTTP2Error)
         /// The stream on `connection` failed.
         case sent(HTTP2Error, PooledConnection)
+        /// The circuit breaker opened while waiting for a stream: nothing sent.
+        case circuitOpen(Duration)
     }
 
     /// After 403 `ExpiredProviderToken`: mints (single-flight) the token the retry carries and retires
@@ -466,9 +500,12 @@ public final class APNsClient: Sendable {
     /// Counts a provider-token fault and logs it at most once a minute per reason with its likely cause.
     private func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
+        metrics.providerTokenFaults.increment(labels: [reason.rawValue])
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
+        if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }
         guard providerTokenFaultLog.withLock({ $0.shouldLog(reason.rawValue, nowSeconds: nowSeconds) }) else { return }
+        metrics.increment("provider_token_fault_log_lines")
         var fields = ["reason": reason.rawValue, "status": "\(response.status)", "pool": "\(pool.credentials.label)/\(pool.environment)"]
         if let cache = pool.credentials.providerTokens {
             fields["key_id"] = cache.keyID
@@ -476,11 +513,15 @@ public final class APNsClient: Sendable {
         }
         if let jwt { fields["jwt_iat"] = "\(jwt.issuedAt)" }
         if let skew { fields["server_clock_skew_s"] = "\(skew)" }
-        logger.error("APNs refused our provider token: \(Self.likelyCause(reason, skewSeconds: skew)); device tokens are untouched", fields)
+        logger.error("APNs refused our provider token: \(Self.providerTokenFaultCause(reason, skewSeconds: skew)); device tokens are untouched", fields)
     }
 
-    /// The likely cause of a provider-token fault, for the operator (docs/apns-client.md "Provider tokens").
-    static func likelyCause(_ reason: APNsReason, skewSeconds skew: Int64?) -> String {
+    /// The likely cause of a provider-token fault, in the words of its log line (docs/apns-client.md
+    /// "Provider tokens").
+    /// - Parameters:
+    ///   - reason: Apple's reason.
+    ///   - skew: the server's clock minus ours in seconds (from the response's `date` header), if known.
+    public static func providerTokenFaultCause(_ reason: APNsReason, skewSeconds skew: Int64?) -> String {
         let clock: String
         if let skew, abs(skew) >= 60 {
             clock = "the server's clock is \(abs(skew)) s \(skew > 0 ? "ahead of" : "behind") ours (its date header): fix the clock (NTP)"
@@ -580,7 +621,7 @@ public final class APNsClient: Sendable {
             logger.error("APNs refused a provider token change (TooManyProviderTokenUpdates): JWT reuse is broken", [:])
         case .expiredProviderToken:
             metrics.increment("expired_provider_tokens")
-            logger.warning("APNs answered ExpiredProviderToken: minting a new JWT on a new connection", [:])
+            logger.debug("APNs answered ExpiredProviderToken", [:])
         default:
             if reason.raisesAlert { logger.error("APNs refused our credentials or configuration", ["reason": reason.rawValue]) }
         }

@@ -1,21 +1,42 @@
+import ServiceCore
 import Synchronization
 
-/// Counters of one `APNsClient`, for dashboards and alerts. Read with ``snapshot()``.
+/// What one `APNsClient` counts: the agreed `push_apns_*` families in a ServiceCore `MetricsRegistry`
+/// (the process's `MetricsRegistry.shared` unless the client was given another), plus a per-client
+/// snapshot of finer counters that tests and status pages read with ``snapshot()``.
 ///
-/// Names (stable, used as metric names): `requests`, `attempts`, `retries`, `unprocessed_resends`
-/// (streams above a GOAWAY's last-stream-id or refused, sent again without counting as a failure),
-/// `timeouts`, `connection_errors` (dropped connections and resets while a request was in flight),
-/// `connections_opened`, `connect_failures`, `dns_lookups`, `goaways`, `pings`, `ping_failures`,
-/// `connections_retired`, `queue_full`, `provider_token_updates_refused` (429
-/// TooManyProviderTokenUpdates: an **alert**, it is our bug), `expired_provider_tokens`,
-/// `unknown_reasons` (an **alert**), `alerts` (every alert-raising answer, see
-/// `APNsReason.raisesAlert`), `provider_token_changes` (JWT switches on existing connections),
-/// `certificates_expiring` (certificates inside the warning window at the last check),
-/// `certificate_seconds_left_<UID>` (a gauge: seconds until the certificate's `notAfter`), and
-/// `status_<code>` / `reason_<Reason>` per answer.
+/// Registry families (docs/apns-client.md "Metrics"):
+/// `push_apns_requests_total{bundle_id,push_type,status,reason}` (every attempt; `status` is the HTTP
+/// status or `none`, `reason` Apple's reason, `timeout` or `connection_error` without an answer, empty on
+/// 200), `push_apns_request_duration_seconds{push_type}`, `push_apns_connections{environment}`,
+/// `push_apns_active_streams{environment}`, `push_apns_ping_failures_total{environment}`,
+/// `push_apns_connections_retired_total{environment,cause}`, `push_apns_jwt_mints_total` (counted by
+/// `APNsProviderTokenCache`), `push_apns_retries_total{reason}` (``APNsRetryReason/metricLabel``, or
+/// `unprocessed`, `new_connection`, `provider_token_renewed` for immediate resends),
+/// `push_apns_circuit_state{environment}` (0 closed, 1 half-open, 2 open),
+/// `push_apns_provider_token_faults_total{reason}`.
+///
+/// Snapshot names: `requests`, `attempts`, `retries`, `unprocessed_resends`, `timeouts`,
+/// `connection_errors`, `no_connection`, `connections_opened`, `connect_failures`, `dns_lookups`,
+/// `goaways`, `pings`, `ping_failures`, `connections_retired`, `queue_full`,
+/// `provider_token_updates_refused`, `expired_provider_tokens`, `jwt_renewals`,
+/// `provider_token_faults_<Reason>`, `unknown_reasons`, `alerts`, `provider_token_changes`,
+/// `certificates_expiring`, `certificate_seconds_left_<UID>`, `circuit_open`, `circuit_halfOpen`,
+/// `circuit_closed`, `status_<code>` and `reason_<Reason>`.
 public final class APNsClientMetrics: Sendable {
     private let counters = Mutex<[String: Int]>([:])
     private let hot = HotCounters()
+    /// The registry the families live in.
+    public let registry: MetricsRegistry
+    let requestsTotal: Counter
+    let requestDuration: Histogram
+    let connections: Gauge
+    let activeStreams: Gauge
+    let pingFailures: Counter
+    let connectionsRetired: Counter
+    let retriesTotal: Counter
+    let circuitState: Gauge
+    let providerTokenFaults: Counter
 
     private final class HotCounters: Sendable {
         let requests = Atomic<Int>(0)
@@ -23,7 +44,27 @@ public final class APNsClientMetrics: Sendable {
         let ok = Atomic<Int>(0)
     }
 
-    init() {}
+    init(registry: MetricsRegistry) {
+        self.registry = registry
+        requestsTotal = registry.counter(
+            "push_apns_requests_total", help: "APNs attempts by answer (status none: no answer)",
+            labelNames: ["bundle_id", "push_type", "status", "reason"])
+        requestDuration = registry.histogram(
+            "push_apns_request_duration_seconds", help: "Duration of one APNs attempt, waiting for a stream included",
+            labelNames: ["push_type"], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30])
+        connections = registry.gauge("push_apns_connections", help: "Open APNs connections", labelNames: ["environment"])
+        activeStreams = registry.gauge("push_apns_active_streams", help: "APNs streams in flight", labelNames: ["environment"])
+        pingFailures = registry.counter(
+            "push_apns_ping_failures_total", help: "PINGs not acknowledged in time (the connection was closed)", labelNames: ["environment"])
+        connectionsRetired = registry.counter(
+            "push_apns_connections_retired_total", help: "APNs connections taken out of service", labelNames: ["environment", "cause"])
+        retriesTotal = registry.counter("push_apns_retries_total", help: "APNs sends repeated, by why", labelNames: ["reason"])
+        circuitState = registry.gauge(
+            "push_apns_circuit_state", help: "APNs circuit breaker: 0 closed, 1 half-open, 2 open", labelNames: ["environment"])
+        providerTokenFaults = registry.counter(
+            "push_apns_provider_token_faults_total", help: "Provider-token faults (our credentials or clock, never the device)",
+            labelNames: ["reason"])
+    }
 
     func increment(_ name: String, by amount: Int = 1) {
         counters.withLock { $0[name, default: 0] += amount }

@@ -176,6 +176,7 @@ final class APNsConnectionPool: Sendable {
             if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
             guard state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) else { return nil }
             connection.inFlight += 1
+                metrics.activeStreams.increment(labels: [environment.rawValue])
             return .success(connection)
         }
         if let immediate { return try immediate.get() }
@@ -201,6 +202,7 @@ final class APNsConnectionPool: Sendable {
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) {
                         connection.inFlight += 1
+                metrics.activeStreams.increment(labels: [environment.rawValue])
                         return .success(connection)
                     }
                     if state.waiting >= queueLimit {
@@ -230,10 +232,12 @@ final class APNsConnectionPool: Sendable {
         let rate = rateCap
         let ready = state.withLock { state in
             connection.inFlight -= 1
+            metrics.activeStreams.decrement(labels: [environment.rawValue])
             connection.lastActivity = .now
             if status == 200 { connection.trusted = true }
             return state.dispatch(cap: cap, rate: rate)
         }
+        if !ready.isEmpty { metrics.activeStreams.increment(by: Double(ready.count), labels: [environment.rawValue]) }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
     }
 
@@ -241,6 +245,7 @@ final class APNsConnectionPool: Sendable {
         let cap = streamCap
         let rate = rateCap
         let (ready, waiting) = state.withLock { state in (state.dispatch(cap: cap, rate: rate), state.waiting) }
+        if !ready.isEmpty { metrics.activeStreams.increment(by: Double(ready.count), labels: [environment.rawValue]) }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
         if rate != nil && waiting > 0 { scheduleRateWakeUp() }
     }
@@ -260,7 +265,7 @@ final class APNsConnectionPool: Sendable {
 
     /// Takes `connection` out of service: no new streams; the streams it has finish; its slot opens
     /// a replacement (after a fresh DNS look-up).
-    func retire(_ connection: PooledConnection, because why: String) {
+    func retire(_ connection: PooledConnection, cause: String, because why: String) {
         let removed = state.withLock { state -> Bool in
             let wasActive = !connection.retired
             connection.retired = true
@@ -269,6 +274,8 @@ final class APNsConnectionPool: Sendable {
         }
         if removed {
             metrics.increment("connections_retired")
+            metrics.connections.decrement(labels: [environment.rawValue])
+            metrics.connectionsRetired.increment(labels: [environment.rawValue, cause])
             logger.info("retiring APNs connection", ["connection": "\(connection.id)", "address": connection.address, "why": why])
         }
         connection.ended.fire()
@@ -278,7 +285,7 @@ final class APNsConnectionPool: Sendable {
     /// a new connection with the renewed token.
     func retireConnections(using jwt: APNsJWT) {
         let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.jwt == jwt && !$0.retired } }
-        for connection in using { retire(connection, because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
+        for connection in using { retire(connection, cause: "expired_provider_token", because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
     }
 
     /// A stream on `connection` got no answer within the request timeout: the connection takes no new
@@ -324,7 +331,7 @@ final class APNsConnectionPool: Sendable {
     var circuitState: APNsCircuitBreaker.State { breaker.withLock { $0.state } }
 
     private func report(_ transition: APNsCircuitBreaker.Transition) {
-        metrics.set("circuit_state_\(environment)", transition.to.rawValue)
+        metrics.circuitState.set(Double(transition.to.rawValue), labels: [environment.rawValue])
         metrics.increment("circuit_\(transition.to)")
         switch transition.to {
         case .open:
@@ -465,7 +472,7 @@ final class APNsConnectionPool: Sendable {
             }
             dispatch()
             await watch(connection)
-            retire(connection, because: "replaced")
+            retire(connection, cause: "replaced", because: "replaced")
             let old = connection.connection
             Task { await old.close() }  // graceful: its open streams finish first
             if Task.isCancelled { return }
@@ -492,6 +499,7 @@ final class APNsConnectionPool: Sendable {
             return state.nextConnectionID
         }
         metrics.increment("connections_opened")
+        metrics.connections.increment(labels: [environment.rawValue])
         logger.info("APNs connection open", [
             "connection": "\(id)", "slot": "\(slot)", "address": address, "max_concurrent_streams": "\(connection.maxConcurrentStreams)",
         ])
@@ -509,12 +517,12 @@ final class APNsConnectionPool: Sendable {
                 case .goAwayReceived(let lastStreamID, let errorCode, let debugData):
                     metrics.increment("goaways")
                     let reason = APNsErrorResponse(parsing: debugData).reason?.rawValue ?? String(decoding: debugData, as: UTF8.self)
-                    retire(connection, because: "GOAWAY \(errorCode) last-stream-id \(lastStreamID) \(reason)")
+                    retire(connection, cause: "goaway", because: "GOAWAY \(errorCode) last-stream-id \(lastStreamID) \(reason)")
                 case .closed(let error):
-                    retire(connection, because: error.map { "closed: \($0)" } ?? "closed")
+                    retire(connection, cause: "closed", because: error.map { "closed: \($0)" } ?? "closed")
                 }
             }
-            retire(connection, because: "closed")
+            retire(connection, cause: "closed", because: "closed")
         }
         await connection.ended.wait()
         events.cancel()
@@ -552,6 +560,8 @@ final class APNsConnectionPool: Sendable {
                         // Streams open but nothing heard for `pingTimeout`: is anyone there?
                         due_ = (connection.connection.timeSinceLastFrame ?? .zero) >= configuration.pingTimeout
                             && connection.lastActivity.duration(to: now) >= configuration.pingTimeout
+                        // No new streams until the PING answers: a retry must not land on it too.
+                        if due_ { connection.suspect = true }
                     }
                     if due_ {
                         connection.pinging = true
@@ -583,7 +593,8 @@ final class APNsConnectionPool: Sendable {
             return
         }
         metrics.increment("ping_failures")
-        retire(connection, because: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
+        metrics.pingFailures.increment(labels: [environment.rawValue])
+        retire(connection, cause: "ping_timeout", because: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
         // Dead: close at once so that its open streams fail now and are sent again elsewhere.
         connection.connection.abort(reason: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
     }
