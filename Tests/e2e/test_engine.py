@@ -252,12 +252,19 @@ def test_a_throttled_device_does_not_delay_other_tokens_of_its_partition():
         stack.send_request(token_request(third, other), partition=partition)
         records = reader.read_until(report_of(third), timeout=10)
         elapsed = time.monotonic() - started
+        # And once more unthrottled, right after: the slower of the two is what this machine's load
+        # allows (other work shares its two cores).
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        started = time.monotonic()
+        stack.send_request(token_request(baseline_id + "-after", stack.random_token()), partition=partition)
+        reader.read_until(report_of(baseline_id + "-after"), timeout=30)
+        baseline = max(baseline, time.monotonic() - started)
     finally:
         stack.simulator_admin("/admin/faults", "PUT", {})
         reader.close()
     events = stack.decode_feedback(records)
     # Within a second of what an unthrottled report took just before (the throttled device waits a
     # minute): the throttled request holds nothing the other one needs.
-    assert elapsed < baseline + 1.0, f"the other device's report took {elapsed:.2f} s (unthrottled just before: {baseline:.2f} s)"
+    assert elapsed < baseline + 1.0, f"the other device's report took {elapsed:.2f} s (unthrottled: {baseline:.2f} s)"
     # The throttled request was still waiting for its retry when the other one finished.
     assert not [e for e in events if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == second]
