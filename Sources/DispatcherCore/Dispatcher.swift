@@ -495,7 +495,9 @@ public final class Dispatcher: Sendable {
                 try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
                 return
             }
-            try await processor.process(request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop)
+            try await processor.process(
+                request, consumedAtMs: clock.nowMilliseconds(), shouldStop: shouldStop,
+                cancelled: { [cancellations] in cancellations.contains(request.requestID) })
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])

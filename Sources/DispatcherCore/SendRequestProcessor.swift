@@ -68,7 +68,11 @@ public final class SendRequestProcessor: Sendable {
     ///   notification starts, those in flight finish, and `RecordAbandoned` is thrown.
     /// - Throws: `RecordAbandoned` when stopped; otherwise only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
     ///   whole request, which is idempotent through `send_log`.
-    public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false }) async throws {
+    /// - Parameter cancelled: asked before each send (campaign hook, docs/campaigns.md "Cancellation"):
+    ///   once it answers true, tokens not yet sent are settled SKIPPED with OUTCOME_REASON_CANCELLED and
+    ///   the RequestCompleted says REQUEST_STATUS_CANCELLED.
+    public func process(_ request: SendRequest, consumedAtMs: Int64, shouldStop: @Sendable () -> Bool = { false },
+                        cancelled: @escaping @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
         let template = try NotificationTemplate(notification)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
@@ -118,7 +122,13 @@ public final class SendRequestProcessor: Sendable {
                         }
                         outcome = report.outcome
                     } else {
-                        outcome = try await self.deliver(target, request: request, template: template, requestedAt: requestedAt, acks: acks).outcome
+                        // Campaign hook: a cancel seen on receipt stops sends that have not started.
+                        var chosen = target
+                        if case .send(let stored) = target, cancelled() {
+                            chosen = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
+                                              outcome: .skipped, reason: .cancelled)
+                        }
+                        outcome = try await self.deliver(chosen, request: request, template: template, requestedAt: requestedAt, acks: acks).outcome
                     }
                     tally.count(outcome)
                 }
@@ -133,6 +143,7 @@ public final class SendRequestProcessor: Sendable {
         }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
+        if cancelled() { counts.status = .cancelled }
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
         acks.start { [feedback] in try await feedback.publish(completed, key: request.requestID) }
