@@ -99,8 +99,11 @@ public final class SendRequestProcessor: Sendable {
     ///   partition, the cap on its uncommitted span); see `HotPathRetryWaiter`.
     /// - Throws: `RecordAbandoned` when stopped; otherwise only infrastructure errors (`PostgresError`, `KafkaError`); the caller retries the
     ///   whole request, which is idempotent through `send_log` and `pending_retries`.
+    /// - Parameter cancelled: asked before each send (campaign hook, docs/campaigns.md "Cancellation"):
+    ///   once it answers true, tokens not yet sent are settled SKIPPED with OUTCOME_REASON_CANCELLED and
+    ///   the RequestCompleted says REQUEST_STATUS_CANCELLED.
     func process(_ request: SendRequest, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
-                 shouldStop: @Sendable () -> Bool = { false }) async throws {
+                 shouldStop: @Sendable () -> Bool = { false }, cancelled: @escaping @Sendable () -> Bool = { false }) async throws {
         guard let notification = request.notification, let target = request.target else { return }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
@@ -178,8 +181,14 @@ public final class SendRequestProcessor: Sendable {
                         }
                         outcome = report.outcome
                     } else {
+                        // Campaign hook: a cancel seen on receipt stops sends that have not started.
+                        var chosen = target
+                        if case .send(let stored) = target, cancelled() {
+                            chosen = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
+                                              outcome: .skipped, reason: .cancelled)
+                        }
                         guard let report = try await self.deliver(
-                            target, request: request, template: template, requestedAt: requestedAt, acks: acks,
+                            chosen, request: request, template: template, requestedAt: requestedAt, acks: acks,
                             permit: permit, retryContext: retryContext, activity: activity)
                         else {
                             tally.countParked()
@@ -212,6 +221,7 @@ public final class SendRequestProcessor: Sendable {
         }
         counts = tally.counts
         counts.completedAtMs = clock.nowMilliseconds()
+        if cancelled() { counts.status = .cancelled }
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
         let requestID = request.requestID

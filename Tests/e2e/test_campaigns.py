@@ -359,3 +359,36 @@ def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_pat
     duplicates = sim_delivered() - apple_before - 10_000
     print(f"paused holder: Apple received {duplicates} duplicates (lane: 200 in flight)")
     assert 0 <= duplicates <= 200
+
+
+def test_a_cancel_stops_an_immediate_request_being_sent(slow_apple):
+    bundle = f"com.example.cancelnow{uuid.uuid4().hex[:8]}"
+    user = f"cancel-now-{uuid.uuid4()}"
+    stack.psql("INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,"
+               " last_event_at_ms, registered_at_ms)"
+               f" SELECT md5('{user}a' || i) || md5('{user}b' || i), '{bundle}', 'sandbox', 'standard', '{user}', 'active', 1, 1"
+               " FROM generate_series(1, 10000) AS i")
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+    feedback_pb2 = stack.pb("feedback_pb2")
+    request_id = f"cancel-now-{uuid.uuid4()}"
+    request = send.SendRequest(
+        request_id=request_id, user_ids=send.UserIds(user_ids=[user]),
+        notification=send.Notification(bundle_id=bundle, environment=common.Environment.Value("SANDBOX"),
+                                        push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"now"}}'))
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(request)
+        feedback.until(lambda f: len(f.reports) >= 1_000, "the first 1,000 reports")
+        cancelled_at = int(time.time() * 1000)
+        cancel(request_id)
+        feedback.until(lambda f: f.completed, "the RequestCompleted")
+        feedback.poll(0.5)
+    finally:
+        feedback.close()
+    sent = [e.delivery_report for e in feedback.reports if e.delivery_report.sent_at_ms > 0]
+    skipped = [e.delivery_report for e in feedback.reports if e.delivery_report.outcome_reason == feedback_pb2.OUTCOME_REASON_CANCELLED]
+    last_send = max(r.sent_at_ms for r in sent)
+    print(f"immediate cancel: {len(sent)} sent, {len(skipped)} skipped; last send started {last_send - cancelled_at} ms after the cancel")
+    assert len(feedback.by_token()) == 10_000 and last_send - cancelled_at <= 1_000 and skipped
+    completed = feedback.completed[0].request_completed
+    assert (completed.status, completed.total, completed.skipped) == (feedback_pb2.REQUEST_STATUS_CANCELLED, 10_000, len(skipped))
