@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 import pushstack as stack
-from test_engine import Dispatcher
+from pushstack import Dispatcher
 
 wait_for = stack.wait_for
 
@@ -270,7 +270,7 @@ def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slo
     stack_dispatcher = Dispatcher.stack()
     argv, env = stack_dispatcher.launch_spec()
     # A second replica with a short lease, so that the takeover is quick whichever holds.
-    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-b", "PUSH_CAMPAIGN_LEASE_MS": "3000"},
+    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-b", "PUSH_CAMPAIGN_LEASE_MS": "3000", "PUSH_ADMIN_PORT": "0"},
                                tmp_path / "replica-b.log")
     bundle = f"com.example.kill{uuid.uuid4().hex[:8]}"
     tokens = set(seed(bundle, 10_000, bundle))
@@ -316,7 +316,7 @@ def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slo
 def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_path):
     stack_dispatcher = Dispatcher.stack()
     argv, env = stack_dispatcher.launch_spec()
-    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-p", "PUSH_CAMPAIGN_LEASE_MS": "3000"},
+    replica = Dispatcher.start(argv, {**env, "PUSH_INSTANCE_ID": "campaign-p", "PUSH_CAMPAIGN_LEASE_MS": "3000", "PUSH_ADMIN_PORT": "0"},
                                tmp_path / "replica-p.log")
     bundle = f"com.example.pause{uuid.uuid4().hex[:8]}"
     tokens = set(seed(bundle, 10_000, bundle))

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pushstack as stack
-from test_engine import Dispatcher, committed, produced_offset
+from pushstack import Dispatcher, committed, produced_offset
 from test_walking_skeleton import token_request
 
 CAP = 5
@@ -59,7 +59,7 @@ def test_past_the_uncommitted_cap_waiting_retries_are_parked_and_delivered_once_
     try:
         # APNs answers 503 ServiceUnavailable to everything: every notification waits for a retry.
         stack.simulator_admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
-        start = produced_offset(partition)
+        start = produced_offset(stack.SEND_REQUESTS, partition)
         for request_id, token in requests.items():
             stack.send_request(token_request(request_id, token), partition=partition)
         end = start + len(requests)
