@@ -622,9 +622,10 @@ public final class Dispatcher: Sendable {
                 try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
                 return
             }
+            let requestID = request.requestID
             try await processor.process(
                 request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop,
-                cancelled: { [cancellations] in cancellations.contains(request.requestID) })
+                cancelled: { [cancellations] in cancellations.contains(requestID) })
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [
