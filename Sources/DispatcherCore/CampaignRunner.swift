@@ -106,7 +106,9 @@ public final class CampaignRunner: Sendable {
         let requestID = record.requestID
         let holder = Holder(lease, cancelled: record.cancelRequested || cancellations.contains(requestID))
         let fields = ["request_id": requestID, "generation": "\(lease.generation)"]
-        logger.info("campaign lease taken", fields.merging(["cursor": record.cursor ?? "", "processed": "\(record.counts.processed)"]) { a, _ in a })
+        logger.info("campaign lease taken", fields.merging([
+            "cursor": record.cursor.map { Logger.shortened(token: $0) } ?? "", "processed": "\(record.counts.processed)",
+        ]) { a, _ in a })
         let renewal = Task { await self.renewLoop(holder) }
         runningGauge.increment()
         leaseEvents.increment(labels: ["taken"])

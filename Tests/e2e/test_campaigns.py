@@ -306,7 +306,7 @@ def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slo
     log = survivor.log.read_text(errors="replace")
     taken = [line for line in log.splitlines() if "campaign lease taken" in line and request_id in line]
     assert taken, "the survivor never took the campaign"
-    resumed_at = int(re.search(r"processed=(\d+)", taken[-1]).group(1))
+    resumed_at = int(re.search(r"processed(?:=|\":\")(\d+)", taken[-1]).group(1))  # logfmt or JSON lines
     assert resumed_at >= checkpoint > 0, taken[-1]
     duplicates = sim_delivered() - apple_before - 10_000
     print(f"kill -9: checkpoint at {checkpoint} tokens, resumed at {resumed_at}; Apple received {duplicates} duplicates (lane: 200 in flight)")

@@ -176,7 +176,9 @@ def test_errors_by_reason_after_410_and_503_and_readiness_ignores_apple(promethe
 
         stack.simulator_admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
         unavailable_id = f"o11y-503-{uuid.uuid4()}"
-        stack.send_request(token_request(unavailable_id, [unavailable]))
+        # 503 is retried until the notification's retry horizon: an apns-expiration 5 s ahead makes
+        # it end (FAILED, Apple's last reason) within the test.
+        stack.send_request(token_request(unavailable_id, [unavailable], expiration=int(time.time()) + 5))
         # While Apple answers 503, the replica stays ready; the body says what Apple does.
         seen_ready = 0
         deadline = time.monotonic() + 120

@@ -79,8 +79,12 @@ def test_follow_prints_the_requests_events_as_json_lines():
     assert follower.returncode == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert len(events) == 2
-    assert events[0]["deliveryReport"]["requestId"] == request_id and events[0]["deliveryReport"]["outcome"] == "DELIVERED"
-    assert events[1]["requestCompleted"]["requestId"] == request_id
+    # The report (keyed by token) and the RequestCompleted (keyed by request id) are on different
+    # partitions, so they may come in either order.
+    [report] = [e["deliveryReport"] for e in events if "deliveryReport" in e]
+    [completed] = [e["requestCompleted"] for e in events if "requestCompleted" in e]
+    assert report["requestId"] == request_id and report["outcome"] == "DELIVERED"
+    assert completed["requestId"] == request_id
 
 
 def test_follow_readable_lines():
