@@ -1,4 +1,5 @@
 import Foundation
+import ServiceCore
 import Synchronization
 
 /// Per-app send-rate limits for campaigns: one `TokenBucket` per bundle id, its rate from
@@ -32,7 +33,7 @@ public final class AppRateLimiter: Sendable {
         let wait = buckets.withLock { buckets in
             var bucket = buckets[bundleID] ?? TokenBucket(ratePerSecond: rate, burst: max(1, rate), now: now)
             defer { buckets[bundleID] = bucket }
-            return bucket.take(at: now)
+            return bucket.reserve(at: now)
         }
         if wait > 0 { try await Task.sleep(for: .nanoseconds(Int64(wait * 1e9))) }
     }

@@ -27,7 +27,7 @@ public final class SendRequestProcessor: Sendable {
     let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
     /// One warning a few seconds about outcomes waiting for PostgreSQL, not one per notification.
-    private let recordWarnings = LogRateLimit(interval: .seconds(5))
+    private let recordWarnings = Mutex(LogRateLimiter(interval: .seconds(5)))
     /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
     /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
     public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
@@ -476,7 +476,7 @@ public final class SendRequestProcessor: Sendable {
             } catch let error as PostgresError where !error.isCausedByTheData {
                 try Task.checkCancellation()
                 failures += 1
-                if recordWarnings.shouldLog() {
+                if recordWarnings.withLock({ $0.admit("send_log", now: .now) }) != nil {
                     logger.warning("recording an outcome failed: retrying (Apple already answered)", [
                         "request_id": report.requestID, "failures": "\(failures)", "error": "\(error)",
                     ])

@@ -119,7 +119,7 @@ public final class RegistrationAuthenticator: Sendable {
                 }
                 var bucket = state.buckets[key.id] ?? TokenBucket(
                     ratePerSecond: entry.ratePerSecond ?? configuration.defaultRatePerSecond,
-                    capacity: max(1, entry.burst ?? configuration.defaultBurst), now: now)
+                    burst: max(1, entry.burst ?? configuration.defaultBurst), now: now)
                 let wait = bucket.take(now: now)
                 state.buckets[key.id] = bucket
                 if let wait {

@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import Postgres
 import PushMessages
+import ServiceCore
 import Testing
 
 @testable import DispatcherCore
@@ -155,12 +156,12 @@ struct CampaignDecisionTests {
 
     @Test func theBucketAllowsItsBurstThenPacesAtItsRate() {
         var bucket = TokenBucket(ratePerSecond: 100, burst: 10, now: 0)
-        for _ in 0..<10 { #expect(bucket.take(at: 0) == 0) }
+        for _ in 0..<10 { #expect(bucket.reserve(at: 0) == 0) }
         // The 11th waits a hundredth of a second, the 12th two, …: reservations queue up.
-        #expect(abs(bucket.take(at: 0) - 0.01) < 1e-9)
-        #expect(abs(bucket.take(at: 0) - 0.02) < 1e-9)
+        #expect(abs(bucket.reserve(at: 0) - 0.01) < 1e-9)
+        #expect(abs(bucket.reserve(at: 0) - 0.02) < 1e-9)
         // After the reserved ones are paid back, a second refills the whole burst and no more.
-        #expect(bucket.take(at: 10) == 0)
+        #expect(bucket.reserve(at: 10) == 0)
         #expect(abs(bucket.tokens - 9) < 1e-9)
     }
 
@@ -168,7 +169,7 @@ struct CampaignDecisionTests {
         // 5,000 sends against a 1,000/s bucket (burst 1,000): the last may go at (5,000 - 1,000) / 1,000 s.
         var bucket = TokenBucket(ratePerSecond: 1_000, burst: 1_000, now: 0)
         var last = 0.0
-        for _ in 0..<5_000 { last = bucket.take(at: 0) }
+        for _ in 0..<5_000 { last = bucket.reserve(at: 0) }
         #expect(abs(last - 4.0) < 1e-6)
     }
 

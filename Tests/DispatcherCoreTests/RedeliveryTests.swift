@@ -109,15 +109,3 @@ struct RequestCompletionStoreTests {
         await pool.close()
     }
 }
-
-@Suite struct LogRateLimitTests {
-    @Test func letsOneWarningThroughPerInterval() {
-        let limit = LogRateLimit(interval: .seconds(5))
-        let start = ContinuousClock.now
-        #expect(limit.shouldLog(now: start))
-        #expect(!limit.shouldLog(now: start + .seconds(1)))
-        #expect(!limit.shouldLog(now: start + .milliseconds(4_999)))
-        #expect(limit.shouldLog(now: start + .seconds(5)))
-        #expect(!limit.shouldLog(now: start + .seconds(6)))
-    }
-}

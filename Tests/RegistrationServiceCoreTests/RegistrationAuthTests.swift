@@ -194,7 +194,7 @@ import Testing
     }
 
     @Test func tokenBucketRefillsAtItsRate() {
-        var bucket = TokenBucket(ratePerSecond: 10, capacity: 2, now: 0)
+        var bucket = TokenBucket(ratePerSecond: 10, burst: 2, now: 0)
         #expect(bucket.take(now: 0) == nil)
         #expect(bucket.take(now: 0) == nil)
         let wait = bucket.take(now: 0)
