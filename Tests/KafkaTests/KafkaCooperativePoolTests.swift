@@ -38,15 +38,21 @@ struct KafkaCooperativePoolTests {
             }
         }
         // A ticker: 10 ms sleeps for 2 s should give close to 200 ticks; a blocked pool gives few.
-        let start = ContinuousClock.now
-        var ticks = 0
-        while ContinuousClock.now - start < .seconds(2) {
-            try await Task.sleep(for: .milliseconds(10))
-            ticks += 1
+        // Other suites of this process share the two pool threads and can starve one window, so the
+        // best of three windows counts: a blocking client stalls every window alike.
+        var best = 0
+        for _ in 0..<3 where best < 40 {
+            let start = ContinuousClock.now
+            var ticks = 0
+            while ContinuousClock.now - start < .seconds(2) {
+                try await Task.sleep(for: .milliseconds(10))
+                ticks += 1
+            }
+            best = max(best, ticks)
         }
         // A blocking call on the pool stalls the ticker for whole poll intervals (a few ticks in 2 s);
         // other tests sharing the two cores only slow it (about 80 seen under full load).
-        #expect(ticks >= 40, "only \(ticks) ticks: the cooperative pool was blocked")
+        #expect(best >= 40, "only \(best) ticks in the best of three windows: the cooperative pool was blocked")
         try await TestSupport.eventually("records reach the consumers") { received.current > 0 }
         writer.cancel()
         _ = await writer.result

@@ -58,8 +58,8 @@ struct KafkaProducerResilienceTests {
                 return try await group.reduce(into: []) { $0.append($1) }
             }
         }
-        try await Task.sleep(for: .seconds(2))
-        #expect(producer.pendingCount == 20, "sends must still be waiting while the leader is down")
+        // While the leader is down every send waits (none fails): all 20 become pending.
+        try await TestSupport.eventually("20 sends pending while the leader is down") { producer.pendingCount == 20 }
         try cluster.setBrokerUp(2)
         let reports = try await sends.value
         #expect(reports.count == 20)
