@@ -145,15 +145,51 @@ public final class PendingRetryStore: Sendable {
     /// Rows per outcome recorded in `send_log` for a request, by `DeliveryOutcome` proto name.
     /// - Throws: `PostgresError`.
     public func outcomeCounts(requestID: String) async throws -> [String: Int] {
-        let rows = try await pool.withConnection { connection in
-            try await connection.query(
-                "SELECT outcome, count(*) AS n FROM send_log WHERE request_id = $1 GROUP BY outcome", [.string(requestID)], prepared: true)
-        }
+        try await pool.withConnection { try await Self.outcomeCounts(requestID: requestID, on: $0) }
+    }
+
+    private static func outcomeCounts(requestID: String, on connection: PostgresConnection) async throws -> [String: Int] {
+        let rows = try await connection.query(
+            "SELECT outcome, count(*) AS n FROM send_log WHERE request_id = $1 GROUP BY outcome", [.string(requestID)], prepared: true)
         var counts: [String: Int] = [:]
         for row in rows {
             if let outcome = try row.string("outcome") { counts[outcome] = try row.int("n") ?? 0 }
         }
         return counts
+    }
+
+    /// Publishes a request's completion exactly once, however many tasks and replicas ask at the same
+    /// time (each re-drive that records a request's last parked notification asks, and so does the
+    /// record's own path). In one transaction: locks the request's `pending_requests` row — a caller
+    /// that finds it locked returns at once, the holder publishes — checks that it is complete (record
+    /// done, nothing parked), runs `publish` with its requested-at time, trace parent and `send_log`
+    /// counts, then deletes the row and records the completion in `request_completions` (so a
+    /// redelivered record publishes nothing). When `publish` throws, everything rolls back and the
+    /// row stays for the caller's retry.
+    /// - Parameter eventID: the `RequestCompleted`'s event id, kept in `request_completions`.
+    /// - Returns: whether this caller published.
+    /// - Throws: `PostgresError`, or what `publish` throws.
+    public func completeOnce(
+        requestID: String, eventID: String,
+        publish: (_ requestedAtMs: Int64, _ traceParent: String, _ counts: [String: Int]) async throws -> Void
+    ) async throws -> Bool {
+        try await pool.withTransaction { connection in
+            let rows = try await connection.query("""
+                SELECT r.record_done, r.requested_at_ms, r.trace_parent,
+                       (SELECT count(*) FROM pending_retries p WHERE p.request_id = r.request_id) AS parked
+                FROM pending_requests r WHERE r.request_id = $1 FOR UPDATE OF r SKIP LOCKED
+                """, [.string(requestID)], prepared: true)
+            guard let row = rows.first else { return false }
+            let state = ParkedRequestCompletion(recordDone: try row.bool("record_done") ?? false, parkedRemaining: try row.int("parked") ?? 0)
+            guard state.isComplete else { return false }
+            try await publish(try row.int64("requested_at_ms") ?? 0, try row.string("trace_parent") ?? "",
+                              try await Self.outcomeCounts(requestID: requestID, on: connection))
+            _ = try await connection.execute("DELETE FROM pending_requests WHERE request_id = $1", [.string(requestID)])
+            _ = try await connection.execute(
+                "INSERT INTO request_completions (request_id, event_id) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING",
+                [.string(requestID), .string(eventID)])
+            return true
+        }
     }
 
     /// Forgets a request whose `RequestCompleted` was acknowledged.

@@ -4,28 +4,28 @@ import PushMessages
 extension SendRequestProcessor {
     /// Publishes the `RequestCompleted` of a request whose notifications were parked, if it is
     /// complete now: its record finished and no parked notification remains
-    /// (`ParkedRequestCompletion`). Counts come from `send_log`; the event id is the request's usual
-    /// one. The `pending_requests` row is deleted after Kafka acknowledged the event.
-    /// - Throws: `PostgresError`, `KafkaError` (the caller retries; publishing twice repeats the
-    ///   same event id).
+    /// (`ParkedRequestCompletion`), once however many callers ask at the same time
+    /// (`PendingRetryStore.completeOnce`). Counts come from `send_log`; the event id is the request's
+    /// usual one; it waits for Kafka's acknowledgement before the completion is recorded.
+    /// - Throws: `PostgresError`, `KafkaError` (nothing was recorded: the caller retries).
     func completeParkedRequest(_ requestID: String) async throws {
-        guard let (state, requestedAt, traceParent) = try await parking.completion(requestID: requestID), state.isComplete else { return }
-        let counts = ParkedRequestCompletion.counts(try await parking.outcomeCounts(requestID: requestID))
-        var completed = RequestCompleted()
-        completed.requestID = requestID
-        completed.requestedAtMs = requestedAt
-        completed.status = .completed
-        completed.total = UInt32(clamping: counts.total)
-        completed.delivered = UInt32(clamping: counts.delivered)
-        completed.rejected = UInt32(clamping: counts.rejected)
-        completed.failed = UInt32(clamping: counts.failed)
-        completed.skipped = UInt32(clamping: counts.skipped)
-        completed.completedAtMs = clock.nowMilliseconds()
-        try await feedback.publish(
-            feedback.event(id: FeedbackEventID.requestCompleted(requestID: requestID), .requestCompleted(completed), traceParent: traceParent),
-            key: requestID)
-        try await parking.forgetRequest(requestID: requestID)
-        logger.debug("request with parked notifications completed", ["request_id": requestID, "total": "\(completed.total)"])
+        let eventID = FeedbackEventID.requestCompleted(requestID: requestID)
+        let published = try await parking.completeOnce(requestID: requestID, eventID: eventID) { requestedAt, traceParent, outcomes in
+            let counts = ParkedRequestCompletion.counts(outcomes)
+            var completed = RequestCompleted()
+            completed.requestID = requestID
+            completed.requestedAtMs = requestedAt
+            completed.status = .completed
+            completed.total = UInt32(clamping: counts.total)
+            completed.delivered = UInt32(clamping: counts.delivered)
+            completed.rejected = UInt32(clamping: counts.rejected)
+            completed.failed = UInt32(clamping: counts.failed)
+            completed.skipped = UInt32(clamping: counts.skipped)
+            completed.completedAtMs = clock.nowMilliseconds()
+            try await feedback.publish(
+                feedback.event(id: eventID, .requestCompleted(completed), traceParent: traceParent), key: requestID)
+        }
+        if published { logger.debug("request with parked notifications completed", ["request_id": requestID]) }
     }
 
     /// Sends a parked notification claimed by `owner` once more, with its stored deadline. A final

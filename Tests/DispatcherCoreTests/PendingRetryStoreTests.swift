@@ -3,6 +3,7 @@ import Foundation
 import Postgres
 import PushMessages
 import PushTestSupport
+import Synchronization
 import Testing
 
 @testable import DispatcherCore
@@ -142,5 +143,47 @@ struct PendingRetryStoreTests {
         #expect(progress["r-done"]?.recorded.count == 2)
         try await store.forgetRequest(requestID: "r-done")
         #expect(try await store.completion(requestID: "r-done") == nil)
+    }
+
+    /// Every re-drive that records a request's last parked notification asks for its completion, and
+    /// so does the record's own path: however many ask at once, one publishes; a failed publish
+    /// leaves the completion to the next asker; the completion is then recorded for redeliveries.
+    @Test func concurrentCompletionsPublishOnceAndAFailedPublishIsRetried() async throws {
+        let (store, tokens, pool) = try await Self.store()
+        defer { Task { await pool.close() } }
+        let requestID = "r-once-\(UUID().uuidString)"
+        let retry = try Self.retry(requestID)
+        try await store.park(retry, delay: .zero)
+        try await store.markRecordDone(requestID: requestID)
+        _ = try await store.claimDue(owner: "a", lease: .seconds(30), limit: 100)
+        var report = retry.report
+        report.outcome = .delivered
+        #expect(try await tokens.recordOutcome(report, event: report.serializedBytes()))
+        #expect(try await store.remove(retry, owner: "a"))
+
+        struct KafkaDown: Error {}
+        await #expect(throws: KafkaDown.self) {
+            _ = try await store.completeOnce(requestID: requestID, eventID: "e") { _, _, _ in throw KafkaDown() }
+        }
+        final class Published: Sendable { let counts = Mutex<[[String: Int]]>([]) }
+        let published = Published()
+        let winners = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    try await store.completeOnce(requestID: requestID, eventID: "e") { _, _, counts in
+                        published.counts.withLock { $0.append(counts) }
+                        try await Task.sleep(for: .milliseconds(100))  // a slow acknowledgement holds the row
+                    }
+                }
+            }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(winners == 1)
+        #expect(published.counts.withLock { $0 } == [["DELIVERED": 1]])
+        #expect(try await tokens.completedRequests([requestID]) == [requestID])
+        let again = try await store.completeOnce(requestID: requestID, eventID: "e") { _, _, _ in
+            published.counts.withLock { $0.append([:]) }
+        }
+        #expect(!again && published.counts.withLock { $0.count } == 1)
     }
 }
