@@ -45,8 +45,8 @@ public struct APNsSimulatorRecord: Sendable {
         let token = authorization.hasPrefix("bearer ") ? authorization.dropFirst(7) : Substring(authorization)
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let header = decodeBase64URL(parts[0]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
-              let claims = decodeBase64URL(parts[1]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
+              let header = Base64URL.decode(parts[0]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
+              let claims = Base64URL.decode(parts[1]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
         else { return nil }
         return (header, claims)
     }

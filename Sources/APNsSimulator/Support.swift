@@ -96,10 +96,3 @@ struct CertificateIdentity: Sendable {
     /// certificate listing several topics needs the header, docs/apns-protocol.md §2).
     var defaultTopic: String? { topics.count == 1 ? topics[0] : nil }
 }
-
-/// Decodes base64url without padding (a JWT part); nil when malformed.
-func decodeBase64URL(_ text: Substring) -> [UInt8]? {
-    var standard = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-    while standard.count % 4 != 0 { standard += "=" }
-    return Data(base64Encoded: standard).map { Array($0) }
-}

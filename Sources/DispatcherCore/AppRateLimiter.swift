@@ -29,7 +29,7 @@ public final class AppRateLimiter: Sendable {
     public func acquire(_ bundleID: String) async throws {
         guard let rate = rate(for: bundleID) else { return }
         let elapsed = ContinuousClock.now - start
-        let now = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let now = elapsed.inSeconds
         let wait = buckets.withLock { buckets in
             var bucket = buckets[bundleID] ?? TokenBucket(ratePerSecond: rate, burst: max(1, rate), now: now)
             defer { buckets[bundleID] = bucket }

@@ -38,17 +38,28 @@ struct DispatcherMetrics: Sendable {
     /// The `outcome` and `reason` label values of `report`: bounded sets (the outcome enum, Apple's
     /// reason strings, the outcome-reason enum).
     static func labels(of report: DeliveryReport) -> [String] {
-        let outcome = label(report.outcome.protoName, dropping: "DELIVERY_OUTCOME_") ?? "unknown"
+        let outcome = outcomeLabels[report.outcome.rawValue] ?? "unknown"
         let reason: String
         if !report.apnsReason.isEmpty, report.apnsReason.count <= 40, report.apnsReason.allSatisfy({ $0.isASCII && $0.isLetter }) {
             reason = report.apnsReason
         } else if report.outcomeReason != .unspecified {
-            reason = label(report.outcomeReason.protoName, dropping: "OUTCOME_REASON_") ?? "unknown"
+            reason = reasonLabel(report.outcomeReason) ?? "unknown"
         } else {
             reason = "none"
         }
         return [outcome, reason]
     }
+
+    /// The label of an outcome reason (`stream_timeout`), nil for one this build does not know.
+    static func reasonLabel(_ reason: OutcomeReason) -> String? { reasonLabels[reason.rawValue] }
+
+    // Made once: labels are looked up for every notification.
+    private static let outcomeLabels = Dictionary(uniqueKeysWithValues: DeliveryOutcome.allCases.compactMap { outcome in
+        label(outcome.protoName, dropping: "DELIVERY_OUTCOME_").map { (outcome.rawValue, $0) }
+    })
+    private static let reasonLabels = Dictionary(uniqueKeysWithValues: OutcomeReason.allCases.compactMap { reason in
+        label(reason.protoName, dropping: "OUTCOME_REASON_").map { (reason.rawValue, $0) }
+    })
 
     /// `OUTCOME_REASON_STREAM_TIMEOUT` → `stream_timeout`.
     static func label(_ protoName: String?, dropping prefix: String) -> String? {

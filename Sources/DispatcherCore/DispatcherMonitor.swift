@@ -78,15 +78,16 @@ public final class DispatcherMonitor: Sendable {
 
     /// Notes a final outcome that blames our credentials or Apple's reachability, for `/readyz`'s body.
     func noteAppleTrouble(_ report: DeliveryReport) {
-        let now = Heartbeat.monotonicNanoseconds()
         if report.outcomeReason == .providerTokenFault {
+            let now = Heartbeat.monotonicNanoseconds()
             providerTokenFaults.withLock { $0.count += 1; $0.lastReason = report.apnsReason.isEmpty ? "local signing failure" : report.apnsReason; $0.lastAt = now }
         } else if report.outcome == .failed, report.httpStatus >= 500 || report.outcomeReason == .connectionError || report.outcomeReason == .streamTimeout
             || report.outcomeReason == .retryHorizonExceeded
         {
+            let now = Heartbeat.monotonicNanoseconds()
             unreachable.withLock {
                 $0.count += 1
-                $0.lastReason = report.apnsReason.isEmpty ? (DispatcherMetrics.label(report.outcomeReason.protoName, dropping: "OUTCOME_REASON_") ?? "") : report.apnsReason
+                $0.lastReason = report.apnsReason.isEmpty ? (DispatcherMetrics.reasonLabel(report.outcomeReason) ?? "") : report.apnsReason
                 $0.lastAt = now
             }
         }

@@ -45,6 +45,8 @@ final class ParkedRetryDriver: Sendable {
     /// short and give their claims back).
     func run() async {
         await withDiscardingTaskGroup { group in
+            // The gauge's count scans the table: once per interval at most, also while a backlog drains.
+            var lastObserved: ContinuousClock.Instant?
             while !Task.isCancelled, !stopping.load(ordering: .relaxed) {
                 var claimed = 0
                 do {
@@ -67,7 +69,10 @@ final class ParkedRetryDriver: Sendable {
                             }
                         }
                     }
-                    observe(try await store.count())
+                    if lastObserved.map({ $0.duration(to: .now) >= interval }) ?? true {
+                        observe(try await store.count())
+                        lastObserved = .now
+                    }
                 } catch {
                     logger.warning("scanning parked notifications failed", ["error": "\(error)"])
                 }

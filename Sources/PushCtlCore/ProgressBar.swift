@@ -1,3 +1,5 @@
+import ServiceCore
+
 /// The one-line progress display of `send --wait` (written to standard error with `\r`).
 ///
 /// With a known total: `[#########...........]  4,512/10,000  45%  2,256/s`; without one (a user
@@ -11,7 +13,7 @@ public struct ProgressBar: Sendable {
 
     /// The line for `done` of `total` (when known) after `elapsed`, with `details` appended.
     public func render(done: Int, total: Int?, elapsed: Duration, details: String = "") -> String {
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         let rate = seconds > 0 ? Int((Double(done) / seconds).rounded()) : 0
         var line: String
         if let total, total > 0 {

@@ -54,7 +54,7 @@ enum SendCommand {
 
     /// "request R COMPLETED: 10,000 notifications: 10,000 delivered, 0 rejected, 0 failed, 0 skipped in 4.2 s (2,381/s)".
     static func summary(_ completed: RequestCompleted, elapsed: Duration) -> String {
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         let rate = seconds > 0 ? Int((Double(completed.total) / seconds).rounded()) : 0
         let status = completed.status.protoName.map { String($0.dropFirst("REQUEST_STATUS_".count)) } ?? "?"
         var text = "request \(completed.requestID) \(status): \(ProgressBar.grouped(Int(completed.total))) notifications: "

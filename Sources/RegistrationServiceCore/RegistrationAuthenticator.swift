@@ -57,7 +57,7 @@ public final class RegistrationAuthenticator: Sendable {
         let start = ContinuousClock.now
         self.monotonicSeconds = monotonicSeconds ?? {
             let elapsed = ContinuousClock.now - start
-            return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            return elapsed.inSeconds
         }
         self.logger = logger
         let credentials = configuration.disabled ? RegistrationCredentials() : try Self.load(configuration)

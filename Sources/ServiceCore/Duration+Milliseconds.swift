@@ -6,3 +6,12 @@ extension Duration {
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 }
+
+extension Duration {
+    /// This duration in seconds as a floating-point number (for rates, token buckets, Prometheus
+    /// histograms and `TimeInterval` APIs).
+    public var inSeconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

@@ -295,6 +295,40 @@ def decode_feedback(records) -> list:
     return events
 
 
+class RequestFeedback:
+    """Everything of one request on the feedback topic (reports, RequestCompleted, CampaignProgress),
+    read live."""
+
+    def __init__(self, request_id: str):
+        self.request_id = request_id
+        self.reader = stack.TopicReader(stack.FEEDBACK)
+        self.reports: list = []
+        self.completed: list = []
+        self.progress: list = []
+
+    def poll(self, seconds: float = 0.2) -> None:
+        for event in stack.decode_feedback(self.reader.drain(seconds)):
+            kind = event.WhichOneof("event")
+            if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
+                self.reports.append(event)
+            elif kind == "request_completed" and event.request_completed.request_id == self.request_id:
+                self.completed.append(event)
+            elif kind == "campaign_progress" and event.campaign_progress.request_id == self.request_id:
+                self.progress.append(event)
+
+    def until(self, predicate, what: str, timeout: float = 180.0):
+        return wait_for(lambda: (self.poll(), predicate(self))[1], what=what, timeout=timeout, interval=0)
+
+    def by_token(self) -> dict[str, set[str]]:
+        result: dict[str, set[str]] = {}
+        for event in self.reports:
+            result.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
+        return result
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 def delivery_report(reader: TopicReader, request_id: str, timeout: float = 60.0):
     """Reads the feedback topic until the first DeliveryReport of `request_id` and returns it."""
     def found(records):
@@ -312,10 +346,11 @@ def psql(sql: str) -> list[list[str]]:
     return [line.split("\t") for line in out.splitlines() if line]
 
 
-def simulator_admin(path: str, method: str = "GET", body: dict | None = None):
+def simulator_admin(path: str, method: str = "GET", body: dict | None = None, timeout: float = 10):
+    """Calls the simulator's admin API (HTTP/2 cleartext); its JSON answer, or None when empty."""
     import httpx
     base = stack_env()["PUSH_SIM_ADMIN_URL"]
-    with httpx.Client(http1=False, http2=True, timeout=10) as client:
+    with httpx.Client(http1=False, http2=True, timeout=timeout) as client:
         response = client.request(method, base + path, json=body)
         response.raise_for_status()
         return response.json() if response.content else None

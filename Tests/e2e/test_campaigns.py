@@ -17,6 +17,7 @@ import pytest
 
 import pushstack as stack
 from pushstack import Dispatcher
+from pushstack import RequestFeedback as Feedback
 
 wait_for = stack.wait_for
 
@@ -52,39 +53,6 @@ def cancel(request_id: str, reason: str = "campaign_aborted") -> None:
                   "application/x-protobuf; message=push.v1.CancelRequest")
 
 
-class Feedback:
-    """Everything of one request on the feedback topic, read live."""
-
-    def __init__(self, request_id: str):
-        self.request_id = request_id
-        self.reader = stack.TopicReader(stack.FEEDBACK)
-        self.reports: list = []
-        self.completed: list = []
-        self.progress: list = []
-
-    def poll(self, seconds: float = 0.2) -> None:
-        for event in stack.decode_feedback(self.reader.drain(seconds)):
-            kind = event.WhichOneof("event")
-            if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
-                self.reports.append(event)
-            elif kind == "request_completed" and event.request_completed.request_id == self.request_id:
-                self.completed.append(event)
-            elif kind == "campaign_progress" and event.campaign_progress.request_id == self.request_id:
-                self.progress.append(event)
-
-    def until(self, predicate, what: str, timeout: float = 180.0):
-        return wait_for(lambda: (self.poll(), predicate(self))[1], what=what, timeout=timeout, interval=0)
-
-    def by_token(self) -> dict[str, set[str]]:
-        result: dict[str, set[str]] = {}
-        for event in self.reports:
-            result.setdefault(event.delivery_report.device_token, set()).add(event.event_id)
-        return result
-
-    def close(self) -> None:
-        self.reader.close()
-
-
 def campaign_row(request_id: str) -> dict[str, str]:
     columns = ["status", "processed", "delivered", "rejected", "failed", "skipped", "lease_generation", "cursor"]
     rows = stack.psql(f"SELECT {', '.join(f'coalesce({c}::text, {chr(39)}{chr(39)})' for c in columns)}"
@@ -99,14 +67,6 @@ def send_log_count(request_id: str) -> tuple[int, int]:
 
 def sim_delivered() -> int:
     return int(stack.simulator_admin("/admin/counters")["counters"].get("200", 0))
-
-
-@pytest.fixture()
-def slow_apple():
-    """Every push answered after 400 ms, so a 10,000-token campaign takes seconds (200 in flight)."""
-    stack.simulator_admin("/admin/faults", "PUT", {"latency": {"distribution": "uniform", "min_ms": 400, "max_ms": 400}})
-    yield
-    stack.simulator_admin("/admin/faults", "PUT", {})
 
 
 def test_a_campaign_gives_every_token_exactly_one_outcome_and_a_request_completed_with_its_counts():

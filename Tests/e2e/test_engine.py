@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 import pushstack as stack
+from pushstack import RequestFeedback as Feedback
 
 GROUP = "push-dispatcher"
 BUNDLE = "com.example.engine"
@@ -27,39 +28,6 @@ def user_request(request_id: str, user_id: str):
         request_id=request_id, user_ids=send.UserIds(user_ids=[user_id]),
         notification=send.Notification(bundle_id=BUNDLE, environment=common.Environment.Value("SANDBOX"),
                                         push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"engine"}}'))
-
-
-class Feedback:
-    """Everything of one request on the feedback topic, read live."""
-
-    def __init__(self, request_id: str):
-        self.request_id = request_id
-        self.reader = stack.TopicReader(stack.FEEDBACK)
-        self.reports: list = []
-        self.completed: list = []
-        self.event_ids: list[str] = []
-
-    def poll(self, seconds: float = 0.2) -> None:
-        for event in stack.decode_feedback(self.reader.drain(seconds)):
-            kind = event.WhichOneof("event")
-            if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
-                self.reports.append(event)
-            elif kind == "request_completed" and event.request_completed.request_id == self.request_id:
-                self.completed.append(event)
-
-    def until(self, predicate, what: str, timeout: float = 120.0):
-        return wait_for(lambda: (self.poll(), predicate(self))[1], what=what, timeout=timeout, interval=0)
-
-    def close(self) -> None:
-        self.reader.close()
-
-
-@pytest.fixture()
-def slow_apple():
-    """Every push answered after 400 ms, so a 10,000-token request takes seconds."""
-    stack.simulator_admin("/admin/faults", "PUT", {"latency": {"distribution": "uniform", "min_ms": 400, "max_ms": 400}})
-    yield
-    stack.simulator_admin("/admin/faults", "PUT", {})
 
 
 def test_sigterm_mid_request_exits_gracefully_and_the_restart_finishes_every_token(slow_apple):

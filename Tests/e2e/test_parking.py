@@ -20,11 +20,7 @@ CAP = 5
 def simulator_requests() -> list[dict]:
     """What the simulator received (its ring holds the last 10,000 pushes with their bodies: slow to
     render on a loaded machine, hence a longer timeout than `stack.simulator_admin`)."""
-    import httpx
-    with httpx.Client(http1=False, http2=True, timeout=120) as client:
-        response = client.get(stack.stack_env()["PUSH_SIM_ADMIN_URL"] + "/admin/requests")
-        response.raise_for_status()
-        return response.json()["requests"]
+    return stack.simulator_admin("/admin/requests", timeout=120)["requests"]
 
 
 def restart_stack_dispatcher(overrides: dict[str, str]) -> tuple[Dispatcher, list[str], dict[str, str]]:

@@ -236,7 +236,8 @@ public final class APNsClient: Sendable {
     /// - Throws: as ``send(_:environment:)``, and whatever the waiter throws, unchanged.
     public func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsResponse {
         metrics.countRequest()
-        let pool = try pool(for: request, environment: environment)
+        let bundleID = Self.bundleID(of: request)
+        let pool = try pool(for: request, bundleID: bundleID, environment: environment)
         let deadline = options.retryDeadline ?? retryDeadline(for: request)
         var machine = APNsRetryStateMachine(
             policy: .init(backoff: configuration.retry.backoff, tooManyRequestsDelay: configuration.retry.tooManyRequestsDelay,
@@ -392,10 +393,10 @@ public final class APNsClient: Sendable {
                 let status = answered.map { String($0.response.status) } ?? "none"
                 let reasonLabel: String
                 if let answered { reasonLabel = answered.response.reason?.rawValue ?? "" } else { reasonLabel = event == .streamTimeout ? "timeout" : "connection_error" }
-                metrics.requestsTotal.increment(labels: [Self.bundleID(of: request), request.pushType.rawValue, status, reasonLabel])
+                metrics.requestsTotal.increment(labels: [bundleID, request.pushType.rawValue, status, reasonLabel])
                 let elapsed = started.duration(to: .now)
                 metrics.requestDuration.observe(
-                    Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18, labels: [request.pushType.rawValue])
+                    elapsed.inSeconds, labels: [request.pushType.rawValue])
             }
             if let answered {
                 metrics.countAttempt(status: answered.response.status)
@@ -504,7 +505,7 @@ public final class APNsClient: Sendable {
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
         if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }
-        guard providerTokenFaultLog.withLock({ $0.shouldLog(reason.rawValue, nowSeconds: nowSeconds) }) else { return }
+        guard providerTokenFaultLog.withLock({ $0.admit(reason.rawValue, now: .now) }) != nil else { return }
         metrics.increment("provider_token_fault_log_lines")
         var fields = ["reason": reason.rawValue, "status": "\(response.status)", "pool": "\(pool.credentials.label)/\(pool.environment)"]
         if let cache = pool.credentials.providerTokens {
@@ -546,7 +547,7 @@ public final class APNsClient: Sendable {
         }
     }
 
-    private let providerTokenFaultLog = Mutex(RateLimitedLog(interval: 60))
+    private let providerTokenFaultLog = Mutex(LogRateLimiter(interval: .seconds(60)))
 
     /// Closes every pool: waiting callers fail with `.shutDown`, open streams finish.
     public func shutdown() async {
@@ -559,8 +560,7 @@ public final class APNsClient: Sendable {
 
     // MARK: Helpers
 
-    private func pool(for request: APNsRequest, environment: APNsEnvironment) throws(APNsError) -> APNsConnectionPool {
-        let bundleID = Self.bundleID(of: request)
+    private func pool(for request: APNsRequest, bundleID: String, environment: APNsEnvironment) throws(APNsError) -> APNsConnectionPool {
         guard let credentials = credentialsByBundleID[bundleID] ?? credentialsByBundleID[request.topic] ?? defaultCredentials else {
             throw APNsError(code: .missingCredentials, message: "no APNs credentials for bundle ID \(bundleID)")
         }

@@ -87,7 +87,7 @@ final class APNsConnectionPool: Sendable {
                 if let rate, let now {
                     // Refill the bucket (at most one second's worth) and skip an empty one.
                     let elapsed = candidate.rateFilledAt.duration(to: now)
-                    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                    let seconds = elapsed.inSeconds
                     candidate.rateTokens = min(max(1, rate), candidate.rateTokens + seconds * rate)
                     candidate.rateFilledAt = now
                     if candidate.rateTokens < 1 { continue }
@@ -133,6 +133,8 @@ final class APNsConnectionPool: Sendable {
     }
 
     let environment: APNsEnvironment
+    /// The `environment` label of this pool's metrics, made once (they are updated on every send).
+    private let environmentLabels: [String]
     let endpoint: Configuration.Endpoint
     /// `:authority` of every request.
     let authority: String
@@ -145,6 +147,7 @@ final class APNsConnectionPool: Sendable {
 
     init(environment: APNsEnvironment, credentials: APNsCredentials, configuration: Configuration, metrics: APNsClientMetrics, logger: Logger) {
         self.environment = environment
+        self.environmentLabels = [environment.rawValue]
         self.endpoint = configuration.endpoint(for: environment)
         self.authority = endpoint.authority
         self.credentials = credentials
@@ -176,10 +179,12 @@ final class APNsConnectionPool: Sendable {
             if state.shutDown { return .failure(APNsError(code: .shutDown, message: "the APNs client was shut down")) }
             guard state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) else { return nil }
             connection.inFlight += 1
-                metrics.activeStreams.increment(labels: [environment.rawValue])
             return .success(connection)
         }
-        if let immediate { return try immediate.get() }
+        if let immediate {
+            if case .success = immediate { metrics.activeStreams.increment(labels: environmentLabels) }
+            return try immediate.get()
+        }
 
         let id = state.withLock { state in
             state.nextWaiterID += 1
@@ -202,7 +207,6 @@ final class APNsConnectionPool: Sendable {
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if state.waiting == 0, let connection = state.pick(cap: cap, rate: rate) {
                         connection.inFlight += 1
-                metrics.activeStreams.increment(labels: [environment.rawValue])
                         return .success(connection)
                     }
                     if state.waiting >= queueLimit {
@@ -217,6 +221,7 @@ final class APNsConnectionPool: Sendable {
                     if case .failure(let error as APNsError) = outcome, error.code == .tooManyQueuedRequests {
                         metrics.increment("queue_full")
                     }
+                    if case .success = outcome { metrics.activeStreams.increment(labels: environmentLabels) }
                     continuation.resume(with: outcome)
                 }
             }
@@ -232,12 +237,12 @@ final class APNsConnectionPool: Sendable {
         let rate = rateCap
         let ready = state.withLock { state in
             connection.inFlight -= 1
-            metrics.activeStreams.decrement(labels: [environment.rawValue])
             connection.lastActivity = .now
             if status == 200 { connection.trusted = true }
             return state.dispatch(cap: cap, rate: rate)
         }
-        if !ready.isEmpty { metrics.activeStreams.increment(by: Double(ready.count), labels: [environment.rawValue]) }
+        // One stream ended, `ready.count` waiters got one: the gauge moves once, outside the pool's lock.
+        if ready.count != 1 { metrics.activeStreams.increment(by: Double(ready.count - 1), labels: environmentLabels) }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
     }
 
@@ -245,7 +250,7 @@ final class APNsConnectionPool: Sendable {
         let cap = streamCap
         let rate = rateCap
         let (ready, waiting) = state.withLock { state in (state.dispatch(cap: cap, rate: rate), state.waiting) }
-        if !ready.isEmpty { metrics.activeStreams.increment(by: Double(ready.count), labels: [environment.rawValue]) }
+        if !ready.isEmpty { metrics.activeStreams.increment(by: Double(ready.count), labels: environmentLabels) }
         for (waiter, leased) in ready { waiter.continuation.resume(returning: leased) }
         if rate != nil && waiting > 0 { scheduleRateWakeUp() }
     }
@@ -274,7 +279,7 @@ final class APNsConnectionPool: Sendable {
         }
         if removed {
             metrics.increment("connections_retired")
-            metrics.connections.decrement(labels: [environment.rawValue])
+            metrics.connections.decrement(labels: environmentLabels)
             metrics.connectionsRetired.increment(labels: [environment.rawValue, cause])
             logger.info("retiring APNs connection", ["connection": "\(connection.id)", "address": connection.address, "why": why])
         }
@@ -331,7 +336,7 @@ final class APNsConnectionPool: Sendable {
     var circuitState: APNsCircuitBreaker.State { breaker.withLock { $0.state } }
 
     private func report(_ transition: APNsCircuitBreaker.Transition) {
-        metrics.circuitState.set(Double(transition.to.rawValue), labels: [environment.rawValue])
+        metrics.circuitState.set(Double(transition.to.rawValue), labels: environmentLabels)
         metrics.increment("circuit_\(transition.to)")
         switch transition.to {
         case .open:
@@ -499,7 +504,7 @@ final class APNsConnectionPool: Sendable {
             return state.nextConnectionID
         }
         metrics.increment("connections_opened")
-        metrics.connections.increment(labels: [environment.rawValue])
+        metrics.connections.increment(labels: environmentLabels)
         logger.info("APNs connection open", [
             "connection": "\(id)", "slot": "\(slot)", "address": address, "max_concurrent_streams": "\(connection.maxConcurrentStreams)",
         ])
@@ -593,7 +598,7 @@ final class APNsConnectionPool: Sendable {
             return
         }
         metrics.increment("ping_failures")
-        metrics.pingFailures.increment(labels: [environment.rawValue])
+        metrics.pingFailures.increment(labels: environmentLabels)
         retire(connection, cause: "ping_timeout", because: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
         // Dead: close at once so that its open streams fail now and are sent again elsewhere.
         connection.connection.abort(reason: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")

@@ -1,4 +1,5 @@
 import Foundation
+import ServiceCore
 
 /// How long transient failures (500, 503, a dropped connection, a timed-out stream, 429) of one
 /// notification are retried (docs/semantics.md "Retries wait on timers, within a horizon"):
@@ -35,17 +36,13 @@ public struct APNsRetryHorizon: Sendable, Hashable {
     public func deadline(for expiration: APNsExpiration, now: Date) -> Date {
         switch expiration {
         case .at(let seconds): Date(timeIntervalSince1970: TimeInterval(seconds))
-        case .immediately: now.addingTimeInterval(Self.seconds(immediate))
-        case .omitted: now.addingTimeInterval(Self.seconds(absent))
+        case .immediately: now.addingTimeInterval(immediate.inSeconds)
+        case .omitted: now.addingTimeInterval(absent.inSeconds)
         }
     }
 
     /// The deadline of `request` first seen at `now` (see ``deadline(for:now:)``).
     public func deadline(for request: APNsRequest, now: Date) -> Date {
         deadline(for: request.expiration, now: now)
-    }
-
-    static func seconds(_ duration: Duration) -> TimeInterval {
-        TimeInterval(duration.components.seconds) + TimeInterval(duration.components.attoseconds) / 1e18
     }
 }
