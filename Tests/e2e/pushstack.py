@@ -301,13 +301,13 @@ class RequestFeedback:
 
     def __init__(self, request_id: str):
         self.request_id = request_id
-        self.reader = stack.TopicReader(stack.FEEDBACK)
+        self.reader = TopicReader(FEEDBACK)
         self.reports: list = []
         self.completed: list = []
         self.progress: list = []
 
     def poll(self, seconds: float = 0.2) -> None:
-        for event in stack.decode_feedback(self.reader.drain(seconds)):
+        for event in decode_feedback(self.reader.drain(seconds)):
             kind = event.WhichOneof("event")
             if kind == "delivery_report" and event.delivery_report.request_id == self.request_id:
                 self.reports.append(event)
