@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -393,3 +394,49 @@ def process_environ(name: str) -> dict[str, str]:
     pid = int((VAR_DIR / "run" / f"{name}.pid").read_text())
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return {k.decode(): v.decode(errors="replace") for k, v in (item.split(b"=", 1) for item in raw if b"=" in item)}
+
+
+# ---------------------------------------------------------------- group membership, from the dispatchers' logs
+
+def assignment_events(d: Dispatcher) -> list[tuple[int, str, str]]:
+    """(position in the log, "assigned" | "revoked", line) for each rebalance line of the send-requests topic."""
+    events = []
+    text = d.log.read_text(errors="replace")
+    for m in re.finditer(r"[^\n]*partitions (assigned|revoked)[^\n]*", text):
+        if SEND_REQUESTS in m.group(0):
+            events.append((m.start(), m.group(1), m.group(0)))
+    return events
+
+
+def owned_partitions(d: Dispatcher) -> set[int]:
+    """The send-requests partitions `d` owns after every rebalance line of its log: an assignment adds
+    its partitions, a revocation removes them (eager rebalances revoke and assign everything,
+    cooperative ones only what moves)."""
+    owned: set[int] = set()
+    for _, kind, line in assignment_events(d):
+        listed = {int(p) for p in re.findall(re.escape(SEND_REQUESTS) + r"\[(\d+)\]", line)}
+        owned = owned | listed if kind == "assigned" else owned - listed
+    return owned
+
+
+def partition_count() -> int:
+    """How many partitions the send-requests topic has (asked of the broker)."""
+    from confluent_kafka import Consumer
+    consumer = Consumer({**kafka_config(), "group.id": f"probe-{uuid.uuid4()}"})
+    try:
+        return len(consumer.list_topics(SEND_REQUESTS, timeout=10).topics[SEND_REQUESTS].partitions)
+    finally:
+        consumer.close()
+
+
+def wait_split(replicas: list[Dispatcher], timeout: float) -> list[set[int]]:
+    """Waits until `replicas` own every send-requests partition between them, each partition once and
+    each replica at least one; returns what each owns."""
+    total = set(range(partition_count()))
+
+    def split():
+        owned = [owned_partitions(d) for d in replicas]
+        ok = set().union(*owned) == total and sum(len(o) for o in owned) == len(total) and all(owned)
+        return owned if ok else None
+    return wait_for(split, what="the partitions to be split between " + ", ".join(d.log.name for d in replicas),
+                    timeout=timeout)

@@ -141,6 +141,10 @@ def test_a_second_replica_joining_mid_request_takes_over_without_repeats(slow_ap
         if second is not None:
             os.kill(second.pid, signal.SIGTERM)
             second.exit_status(timeout=40)
+            # The group settles before the next test: the stack's dispatcher owns every partition again
+            # (the test broker may only notice the departure after the session timeout; a rebalance
+            # during the next test would stall its partitions for seconds).
+            stack.wait_split([dispatcher], timeout=90)
     logs = dispatcher.log.read_text(errors="replace") + (stack.VAR_DIR / "log" / "dispatcher-2.log").read_text(errors="replace")
     assert "lost=true" not in logs and '"lost":"true"' not in logs, "a replica lost its partitions (left the group)"
     for rid, feedback in feedbacks.items():
@@ -198,6 +202,8 @@ def test_a_throttled_device_does_not_delay_other_tokens_of_its_partition():
     throttled, other, unrelated = stack.random_token(), stack.random_token(), stack.random_token()
     partition = 0
     first, second, third, baseline_id = (f"throttle-{n}-{uuid.uuid4()}" for n in (1, 2, 3, 4))
+    # Measured on a settled group: a rebalance in the middle would stall the partition for seconds.
+    stack.wait_split([stack.Dispatcher.stack()], timeout=90)
     reader = stack.TopicReader(stack.FEEDBACK)
 
     def report_of(request_id):
