@@ -51,7 +51,7 @@ extension SendRequestProcessor {
         guard case .send(let other) = first else {
             if case .deactivate(let why) = first {
                 logger.info("no try on the other APNs environment after BadDeviceToken", [
-                    "token": token, "apns_id": report.apnsID, "environment": environment.rawValue, "why": why.rawValue,
+                    "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": environment.rawValue, "why": why.rawValue,
                 ])
             }
             return .notDelivered(extraAttempts: 0)
@@ -78,7 +78,7 @@ extension SendRequestProcessor {
             attempts = (error as? SingleTryWaiter.Ended)?.attempts ?? (error as? APNsError)?.attempts ?? 1
             answer = .noAnswer
             logger.info("no answer from the other APNs environment", [
-                "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
+                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
             ])
         }
         switch decision.handle(.otherEnvironmentAnswered(answer)) {
@@ -102,18 +102,18 @@ extension SendRequestProcessor {
                 throw error
             } catch {
                 logger.warning("correcting a token's environment failed: left to its next send", [
-                    "token": token, "apns_id": delivered.apnsID, "error": "\(error)",
+                    "request_id": report.requestID, "token": token, "apns_id": delivered.apnsID, "error": "\(error)",
                 ])
             }
             metrics.otherEnvironmentTries.increment(labels: [corrected ? "corrected" : "accepted_not_corrected"])
             logger.info(corrected ? "token environment corrected" : "delivered on the other APNs environment; a newer registration keeps the row", [
-                "token": token, "apns_id": delivered.apnsID, "from": from.rawValue, "to": to.rawValue,
+                "request_id": report.requestID, "token": token, "apns_id": delivered.apnsID, "from": from.rawValue, "to": to.rawValue,
             ])
             return .delivered(delivered)
         case .deactivate(let why):
             metrics.otherEnvironmentTries.increment(labels: [why == .noAnswerThere ? "no_answer" : "refused"])
             logger.info("not delivered on the other APNs environment either: the token is deactivated", [
-                "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "why": why.rawValue,
+                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "why": why.rawValue,
             ])
             return .notDelivered(extraAttempts: attempts)
         case .send:
