@@ -1,7 +1,9 @@
 /// What to do after APNs refused a notification (docs/semantics.md "Retries follow the reason").
 public enum APNsReasonAction: Hashable, Sendable, CaseIterable {
     /// 410 `Unregistered`/`ExpiredToken` (unless re-registered after the 410 timestamp) and 400
-    /// `BadDeviceToken` for the token's own environment: deactivate the token, don't retry.
+    /// `BadDeviceToken` for the token's own environment: deactivate the token, don't retry. (For apps
+    /// that opted in, the dispatcher first tries the other environment once after `BadDeviceToken`:
+    /// docs/semantics.md "The other environment after BadDeviceToken".)
     case deactivateToken
     /// 500, 503 `ServiceUnavailable` (and dropped connections, timed-out streams): retry with exponential
     /// backoff and jitter, never past the notification's expiration.

@@ -34,14 +34,15 @@ extension APNsSimulator {
         /// The token (any case; stored as lowercase hex).
         public var token: String
         /// Its environment: a push on the other environment's listener gets 400 `BadDeviceToken`
-        /// (docs/apns-protocol.md §9).
-        public var environment: APNsEnvironment
+        /// (docs/apns-protocol.md §9). nil: a token neither environment issued (JSON `"none"`): both
+        /// listeners answer `BadDeviceToken`.
+        public var environment: APNsEnvironment?
         /// The app's bundle ID; a push whose topic (without its push-type suffix) differs gets 400
         /// `DeviceTokenNotForTopic`. nil = any topic.
         public var bundleID: String?
 
         /// Creates a registration.
-        public init(token: String, environment: APNsEnvironment, bundleID: String? = nil) {
+        public init(token: String, environment: APNsEnvironment?, bundleID: String? = nil) {
             self.token = token
             self.environment = environment
             self.bundleID = bundleID
@@ -177,12 +178,13 @@ extension APNsSimulator.TokenRegistration {
         guard let token = try reader.string("token") else {
             throw APNsSimulatorError(.invalidConfiguration, "\(path).token is required")
         }
-        guard let text = try reader.string("environment"), let environment = APNsEnvironment(rawValue: text) else {
-            throw APNsSimulatorError(.invalidConfiguration, "\(path).environment: expected \"sandbox\" or \"production\"")
+        let text = try reader.string("environment")
+        guard let text, text == "none" || APNsEnvironment(rawValue: text) != nil else {
+            throw APNsSimulatorError(.invalidConfiguration, "\(path).environment: expected \"sandbox\", \"production\" or \"none\"")
         }
         let bundleID = try reader.string("bundle_id")
         try reader.finish()
-        self.init(token: token, environment: environment, bundleID: bundleID)
+        self.init(token: token, environment: APNsEnvironment(rawValue: text), bundleID: bundleID)
     }
 }
 

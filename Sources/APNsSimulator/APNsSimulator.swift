@@ -37,8 +37,9 @@ import ServiceCore
 ///   and token lists.
 /// - `GET /admin/faults` → the faults in force (JSON form of ``APNsSimulatorFaults``, every key).
 /// - `PUT /admin/faults` with that JSON (missing keys = off) → the new faults. Replaces all faults.
-/// - `POST /admin/tokens` with `{"token","environment":"sandbox"|"production","bundle_id"?}` registers
-///   a token: other environment → `BadDeviceToken`, other bundle ID → `DeviceTokenNotForTopic`.
+/// - `POST /admin/tokens` with `{"token","environment":"sandbox"|"production"|"none","bundle_id"?}`
+///   registers a token: other environment → `BadDeviceToken`, other bundle ID →
+///   `DeviceTokenNotForTopic`; `"none"`: issued by neither environment, `BadDeviceToken` on both.
 /// - `POST /admin/tokens/unregistered` with `{"token","timestamp_ms"?,"reason"?:"Unregistered"|
 ///   "ExpiredToken","bundle_id"?}` → 410 for that token with `timestamp` (default: now).
 /// - `GET /admin/connections` → `{"connections":[{"environment","connection","remote","auth":"token"|

@@ -92,7 +92,8 @@ public final class Dispatcher: Sendable {
             maxRecordBytes: min(configuration.deadLetterMaxBytes, producer.maxMessageBytes), logger: logger)
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
-            clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor)
+            clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
+            otherEnvironmentRetry: configuration.otherEnvironmentRetry)
         self.campaignStore = CampaignStore(pool: store.pool)
         self.campaigns = CampaignRunner(
             store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,

@@ -95,6 +95,10 @@ public struct DispatcherConfiguration: Sendable {
     public var maxParkedInFlight = 200
     /// Campaigns and scheduled sends (`PUSH_CAMPAIGN_*`, docs/campaigns.md).
     public var campaigns = CampaignSettings()
+    /// The apps that get one try on the other APNs environment after `BadDeviceToken`
+    /// (`PUSH_APNS_OTHER_ENVIRONMENT_RETRY`, docs/semantics.md "The other environment after
+    /// BadDeviceToken"). Default none.
+    public var otherEnvironmentRetry = OtherEnvironmentRetrySettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

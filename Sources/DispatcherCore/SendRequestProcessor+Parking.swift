@@ -52,7 +52,7 @@ extension SendRequestProcessor {
                 settled = try await sendAndSettle(
                     retry.request, environment: retry.environment, report: report, earlierAttempts: retry.attempts,
                     options: APNsSendOptions(waiter: waiter, retryDeadline: retry.retryDeadline), requestID: retry.requestID,
-                    traceParent: retry.traceParent)
+                    traceParent: retry.traceParent, scope: .unknown)
             } catch is CancellationError {
                 try? await parking.release(retry, owner: owner)
                 throw CancellationError()

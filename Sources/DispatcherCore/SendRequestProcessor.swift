@@ -15,14 +15,16 @@ import Synchronization
 /// this process), and a request whose `RequestCompleted` was acknowledged is recorded in
 /// `request_completions`: handled again, it publishes nothing.
 public final class SendRequestProcessor: Sendable {
-    private let store: TokenStore
+    let store: TokenStore
     let sender: any NotificationSender
     let feedback: FeedbackPublisher
     private let defaultEnvironment: APNsEnvironment
     let clock: any WallClock
     let logger: Logger
     private let monitor: DispatcherMonitor?
-    private let metrics = DispatcherMetrics.shared
+    let metrics = DispatcherMetrics.shared
+    /// The apps that opted in to one try on the other APNs environment after `BadDeviceToken`.
+    let otherEnvironmentRetry: OtherEnvironmentRetrySettings
     /// Notifications sent at once across every request of this processor.
     let budget: AsyncSemaphore
     private let sendLog: SendLogWriter
@@ -47,10 +49,13 @@ public final class SendRequestProcessor: Sendable {
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
     ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
     /// - Parameter monitor: told of outcomes that blame Apple or our credentials (for `/readyz`'s body).
+    /// - Parameter otherEnvironmentRetry: the apps that get one try on the other APNs environment after
+    ///   `BadDeviceToken` (docs/semantics.md "The other environment after BadDeviceToken"); default none.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
-                monitor: DispatcherMonitor? = nil) {
+                monitor: DispatcherMonitor? = nil, otherEnvironmentRetry: OtherEnvironmentRetrySettings = OtherEnvironmentRetrySettings()) {
         self.monitor = monitor
+        self.otherEnvironmentRetry = otherEnvironmentRetry
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.maxInFlight = maxInFlight
         self.sendLog = store.makeSendLogWriter()
@@ -350,7 +355,8 @@ public final class SendRequestProcessor: Sendable {
             }
             guard let settled = try await sendAndSettle(
                 apnsRequest, environment: stored.environment, report: report, earlierAttempts: 0,
-                options: APNsSendOptions(waiter: waiter, retryDeadline: deadline), requestID: request.requestID, traceParent: request.traceParent)
+                options: APNsSendOptions(waiter: waiter, retryDeadline: deadline), requestID: request.requestID, traceParent: request.traceParent,
+                scope: Self.scope(of: request))
             else { return nil }
             report = settled
         }
@@ -361,11 +367,14 @@ public final class SendRequestProcessor: Sendable {
     /// - Parameters:
     ///   - earlierAttempts: attempts made by earlier deliveries (a parked notification), added to
     ///     the client's count.
+    ///   - scope: the environments the request lets the notification reach, for the other-environment
+    ///     try after `BadDeviceToken` (`.unknown` for a parked notification: no try).
     /// - Returns: the settled report, or nil when the waiter parked the notification (`RetryParked`).
     /// - Throws: `CancellationError` when stopped while sending (not an outcome: the record stays
     ///   unfinished); `PostgresError`/`KafkaError` from deactivating a token.
     func sendAndSettle(_ apnsRequest: APNsRequest, environment: APNsEnvironment, report: DeliveryReport, earlierAttempts: Int,
-                       options: APNsSendOptions, requestID: String, traceParent: String) async throws -> DeliveryReport? {
+                       options: APNsSendOptions, requestID: String, traceParent: String,
+                       scope: OtherEnvironmentTry.RequestScope) async throws -> DeliveryReport? {
         var report = report
         do {
             let response = try await sender.send(apnsRequest, environment: environment, options: options)
@@ -378,6 +387,18 @@ public final class SendRequestProcessor: Sendable {
             switch response.action {
             case _ where response.isSuccess:
                 report.outcome = .delivered
+            case .deactivateToken where response.reason == .badDeviceToken:
+                // docs/semantics.md "The other environment after BadDeviceToken": one try there for
+                // an app that opted in; else (or refused there too) deactivated as for every app.
+                switch try await tryOtherEnvironment(
+                    apnsRequest, refusedIn: environment, report: report, scope: scope, retryDeadline: options.retryDeadline) {
+                case .delivered(let delivered):
+                    report = delivered
+                case .notDelivered(let extraAttempts):
+                    report.attempts = UInt32(clamping: Int(report.attempts) + extraAttempts)
+                    report.outcome = .rejected
+                    try await invalidate(report.deviceToken, response: response, report: report, traceParent: traceParent)
+                }
             case .deactivateToken:
                 report.outcome = .rejected
                 try await invalidate(report.deviceToken, response: response, report: report, traceParent: traceParent)

@@ -33,7 +33,8 @@ extension EnvironmentConfig {
 
     /// The effective configuration as `--check-config` prints it: one line per variable read
     /// (`NAME=value`, masked, with `(default)` or `(unset)`), a warning for each `PUSH_*` variable
-    /// that is set but was never read (a misspelt name), then one `error:` line per bad setting.
+    /// that is set but was never read (a misspelt name) and each one recorded with `warn(_:_:)`, then
+    /// one `error:` line per bad setting.
     /// - Parameter program: the executable's name, for the heading.
     public func checkReport(program: String) -> String {
         var lines = ["\(program): effective configuration"]
@@ -51,6 +52,7 @@ extension EnvironmentConfig {
         for name in unreadVariables(read: read) {
             lines.append("warning: \(name) is set but \(program) does not read it")
         }
+        for warning in warnings { lines.append("warning: \(warning.variable): \(warning.problem)") }
         let errors = self.errors
         for error in errors { lines.append("error: \(error.variable): \(error.problem)") }
         lines.append(errors.isEmpty ? "configuration OK" : "configuration invalid: \(errors.count) bad setting\(errors.count == 1 ? "" : "s")")

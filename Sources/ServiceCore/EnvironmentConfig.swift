@@ -42,6 +42,7 @@ public struct EnvironmentConfig: Sendable {
         struct State {
             var entries: [Entry] = []
             var errors: [Error] = []
+            var warnings: [Error] = []
         }
         let state = Mutex(State())
     }
@@ -81,6 +82,16 @@ public struct EnvironmentConfig: Sendable {
         }
     }
 
+    /// Records that `variable` is valid but probably not what the operator meant (`--check-config`
+    /// prints `warning: VARIABLE: problem`; the executable logs `warnings` at start). Never throws: a
+    /// warning does not stop the program. The same warning twice is kept once.
+    public func warn(_ variable: String, _ problem: String) {
+        let warning = Error(variable: variable, problem: problem)
+        record.state.withLock { state in
+            if !state.warnings.contains(where: { $0.variable == variable && $0.problem == problem }) { state.warnings.append(warning) }
+        }
+    }
+
     /// Runs `body`, which builds something from `variable`'s value; an error it throws becomes a
     /// problem of `variable` (thrown, or recorded when collecting errors, then `nil` is returned).
     /// - Throws: `EnvironmentConfig.Error` naming `variable`, unless collecting errors.
@@ -100,6 +111,8 @@ public struct EnvironmentConfig: Sendable {
     public var entries: [Entry] { record.state.withLock { $0.entries } }
     /// Every problem recorded so far (only when collecting errors).
     public var errors: [Error] { record.state.withLock { $0.errors } }
+    /// Every warning recorded so far (`warn(_:_:)`), in order.
+    public var warnings: [Error] { record.state.withLock { $0.warnings } }
 
     // MARK: Typed reads
 

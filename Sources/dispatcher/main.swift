@@ -52,6 +52,8 @@ do {
     configuration.defaultEnvironment = try env.choice(
         "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
     configuration.campaigns = try CampaignSettings.fromEnvironment(env)
+    // "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": apps with one try on the other APNs environment after BadDeviceToken.
+    configuration.otherEnvironmentRetry = try OtherEnvironmentRetrySettings.fromEnvironment(env)
 
     // The .p8 key: inline (PUSH_APNS_KEY) or from a file (PUSH_APNS_KEY_FILE).
     let keyVariable = env.string("PUSH_APNS_KEY") != nil ? "PUSH_APNS_KEY" : "PUSH_APNS_KEY_FILE"
@@ -92,6 +94,7 @@ do {
         exit(env.checkExitStatus)
     }
     guard let signingKey else { throw EnvironmentConfig.Error(variable: keyVariable, problem: "no signing key") }
+    for warning in env.warnings { logger.warning("configuration: \(warning.variable): \(warning.problem)") }
     let tokens = APNsProviderTokenCache(signingKey: signingKey, keyID: keyID, teamID: teamID)
     let monitor = DispatcherMonitor()
     var settings = DispatcherService.Settings(

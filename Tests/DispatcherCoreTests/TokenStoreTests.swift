@@ -125,6 +125,40 @@ struct TokenStoreTests {
         await pool.close()
     }
 
+    @Test func theEnvironmentIsCorrectedOnlyWhenNoNewerRegistrationChangedTheRow() async throws {
+        let (store, pool) = try await Self.store()
+        // Registered as production at t=10,000; the notification was first sent at t=12,000.
+        let token = Self.token()
+        try await store.apply(Self.registered(token, at: 10_000, environment: .production))
+        #expect(try await store.correctEnvironment(token: token, from: .production, to: .sandbox, refusedSinceMs: 12_000))
+        var row = try #require(try await store.tokens([token])[token])
+        #expect(row.environment == .sandbox && row.isActive)
+        // Corrected once: a second correction from production finds nothing to change.
+        #expect(try await !store.correctEnvironment(token: token, from: .production, to: .sandbox, refusedSinceMs: 12_000))
+        // last_event_at_ms was left alone: a newer registration (even as production again) still applies.
+        #expect(try await store.apply(Self.registered(token, at: 10_500, environment: .production)))
+        #expect(try #require(try await store.tokens([token])[token]).environment == .production)
+
+        // The app registered again at or after the first send: its registration wins, the row stays.
+        let fresh = Self.token()
+        try await store.apply(Self.registered(fresh, at: 12_000, environment: .production))
+        #expect(try await !store.correctEnvironment(token: fresh, from: .production, to: .sandbox, refusedSinceMs: 12_000))
+        row = try #require(try await store.tokens([fresh])[fresh])
+        #expect(row.environment == .production)
+
+        // An inactive row (unregistered meanwhile) is neither corrected nor brought back.
+        let gone = Self.token()
+        try await store.apply(Self.registered(gone, at: 10_000, environment: .production))
+        try await store.apply(Self.unregistered(gone, at: 11_000))
+        #expect(try await !store.correctEnvironment(token: gone, from: .production, to: .sandbox, refusedSinceMs: 12_000))
+        row = try #require(try await store.tokens([gone])[gone])
+        #expect(row.environment == .production && !row.isActive)
+
+        // A token the table never saw: nothing to correct.
+        #expect(try await !store.correctEnvironment(token: Self.token(), from: .production, to: .sandbox, refusedSinceMs: 12_000))
+        await pool.close()
+    }
+
     @Test func theSendLogRecordsEachOutcomeOnce() async throws {
         let (store, pool) = try await Self.store()
         var report = DeliveryReport()

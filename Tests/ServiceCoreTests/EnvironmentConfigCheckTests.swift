@@ -58,6 +58,21 @@ import Testing
         #expect(env.checkExitStatus == 0)
     }
 
+    @Test func warningsArePrintedOnceAndDoNotFailTheCheck() throws {
+        let env = EnvironmentConfig(["PUSH_A": "1"], collectingErrors: true)
+        _ = try env.int("PUSH_A", default: 0)
+        env.warn("PUSH_A", "is valid but probably not meant")
+        env.warn("PUSH_A", "is valid but probably not meant")
+        #expect(env.warnings.map(\.problem) == ["is valid but probably not meant"])
+        let report = env.checkReport(program: "test")
+        #expect(report.contains("warning: PUSH_A: is valid but probably not meant"))
+        #expect(report.hasSuffix("configuration OK") && env.checkExitStatus == 0)
+        // Not collecting errors: a warning never throws either.
+        let strict = EnvironmentConfig([:])
+        strict.warn("PUSH_B", "odd")
+        #expect(strict.warnings.count == 1 && strict.errors.isEmpty)
+    }
+
     @Test func masking() {
         #expect(EnvironmentConfig.mask("PUSH_PG_URL", "host=db user=push password=pw dbname=push") == "host=db user=push password=******** dbname=push")
         #expect(EnvironmentConfig.mask("PUSH_PG_URL", "postgresql://push@db/push?password=pw&sslmode=require") == "postgresql://push@db/push?password=********&sslmode=require")

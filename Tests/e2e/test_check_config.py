@@ -4,6 +4,7 @@ masked) and exit 0; bad ones exit 2 and name every bad variable. Runs the debug 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
         "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY": "1",
         "PUSH_PG_PASSWORD_FILE": "/nonexistent/pw",
         "PUSH_TYPO_SETTING": "x",
+        "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": "com.example.ok,com.example app",
     }
     del env["PUSH_APNS_TEAM_ID"]
     done = check("dispatcher", env)
@@ -73,11 +75,26 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
         "PUSH_KAFKA_REBALANCE_PROTOCOL", "PUSH_APNS_DEFAULT_ENVIRONMENT", "PUSH_APNS_PRODUCTION_URL",
         "PUSH_KAFKA_SASL_MECHANISM", "PUSH_KAFKA_SASL_USERNAME", "PUSH_KAFKA_SASL_PASSWORD_FILE",
         "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY", "PUSH_PG_PASSWORD_FILE", "PUSH_APNS_TEAM_ID",
+        "PUSH_APNS_OTHER_ENVIRONMENT_RETRY",
     ]
     for name in bad:
         assert f"error: {name}:" in done.stdout, f"{name} not named:\n{done.stdout}"
     assert f"{len(bad)} bad settings" in done.stdout
     assert "warning: PUSH_TYPO_SETTING is set" in done.stdout
+
+
+def test_dispatcher_warns_when_opted_in_apps_cannot_try_an_environment(credentials):
+    # Apps opted in to the other-environment try, but only production's URL is overridden: sandbox
+    # stays at Apple's host and is not tried; valid, so exit 0, with a warning naming the variables.
+    env = {**dispatcher_env(credentials), "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": "com.example.a, com.example.b",
+           "PUSH_APNS_PRODUCTION_URL": "https://127.0.0.1:2197"}
+    done = check("dispatcher", env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"PUSH_APNS_OTHER_ENVIRONMENT_RETRY +\= com\.example\.a, com\.example\.b\n", done.stdout), done.stdout
+    assert ("warning: PUSH_APNS_OTHER_ENVIRONMENT_RETRY: PUSH_APNS_PRODUCTION_URL is set but PUSH_APNS_SANDBOX_URL is not,"
+            " so sandbox is not tried") in done.stdout, done.stdout
+    both = check("dispatcher", {**env, "PUSH_APNS_SANDBOX_URL": "https://127.0.0.1:2198"})
+    assert both.returncode == 0 and "warning: PUSH_APNS_OTHER_ENVIRONMENT_RETRY" not in both.stdout, both.stdout
 
 
 def test_registration_service_good_and_bad(credentials):

@@ -202,8 +202,9 @@ def key_binding():
 
 @scenario
 def token_registry():
-    """Registered tokens: other environment → BadDeviceToken, other app → DeviceTokenNotForTopic;
-    unregistered tokens → 410 with the timestamp in ms."""
+    """Registered tokens: other environment → BadDeviceToken, other app → DeviceTokenNotForTopic, a
+    token neither environment issued → BadDeviceToken on both; unregistered tokens → 410 with the
+    timestamp in ms."""
     jwt = make_jwt()
     sandbox, production = H2("sandbox"), H2("production")
     t = token()
@@ -214,6 +215,11 @@ def token_registry():
     expect_eq(sandbox.push(t, jwt=jwt, headers=headers(topic=BUNDLE + ".voip", push_type="voip")).status, 200,
               "the app's VoIP topic")
     expect_eq(sandbox.push(token(), jwt=jwt, headers=headers(topic="com.other.app")).status, 200, "unknown tokens: any topic")
+    neither = token()
+    admin("/admin/tokens", "POST", {"token": neither, "environment": "none"})
+    expect_reason(sandbox.push(neither, jwt=jwt), 400, "BadDeviceToken")
+    expect_reason(production.push(neither, jwt=jwt), 400, "BadDeviceToken")
+    admin("/admin/tokens", "POST", {"token": token(), "environment": "staging"}, status=400)
 
     gone = token()
     answer = admin("/admin/tokens/unregistered", "POST", {"token": gone, "timestamp_ms": 1_700_000_000_123})
