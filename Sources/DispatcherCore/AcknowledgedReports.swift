@@ -10,10 +10,23 @@ import Synchronization
 /// reports would then be published again on a redelivery: a repeat, never a loss).
 final class AcknowledgedReports: Sendable {
     private struct State {
-        var tokens: [String: Set<String>] = [:]
-        /// Request ids, oldest first (a request's position is its first insertion).
-        var order: [String] = []
+        /// Per request: its acknowledged tokens and the sequence number of its first insertion.
+        var tokens: [String: (sequence: Int, tokens: Set<String>)] = [:]
+        /// (request id, sequence) oldest first from `head`; an entry whose request was removed (or
+        /// inserted again later, with a new sequence) is skipped when met and dropped by `compact`.
+        /// Removing a request is O(1): the request's entry in `order` goes stale.
+        var order: [(id: String, sequence: Int)] = []
+        var head = 0
+        var nextSequence = 0
         var count = 0
+
+        /// Drops stale entries once they outnumber live requests, so `order` stays within about
+        /// twice the requests remembered (amortized O(1) per removal).
+        mutating func compact() {
+            guard order.count - head > 2 * tokens.count + 64 else { return }
+            order = order[head...].filter { tokens[$0.id]?.sequence == $0.sequence }
+            head = 0
+        }
     }
 
     /// The key under which a request's own `RequestCompleted` is remembered (no device token is empty).
@@ -31,29 +44,42 @@ final class AcknowledgedReports: Sendable {
     /// Remembers that the report of (`requestID`, `token`) was acknowledged.
     func insert(requestID: String, token: String) {
         state.withLock { state in
-            if state.tokens[requestID] == nil { state.order.append(requestID) }
-            if state.tokens[requestID, default: []].insert(token).inserted { state.count += 1 }
-            while state.count > maxReports, let oldest = state.order.first {
-                state.order.removeFirst()
-                state.count -= state.tokens.removeValue(forKey: oldest)?.count ?? 0
+            if state.tokens[requestID] == nil {
+                state.tokens[requestID] = (state.nextSequence, [])
+                state.order.append((requestID, state.nextSequence))
+                state.nextSequence += 1
             }
+            if state.tokens[requestID]!.tokens.insert(token).inserted { state.count += 1 }
+            while state.count > maxReports, state.head < state.order.count {
+                let oldest = state.order[state.head]
+                state.head += 1
+                if let entry = state.tokens[oldest.id], entry.sequence == oldest.sequence {
+                    state.tokens[oldest.id] = nil
+                    state.count -= entry.tokens.count
+                }
+            }
+            state.compact()
         }
     }
 
     /// Whether the report of (`requestID`, `token`) was acknowledged and is still remembered.
     func contains(requestID: String, token: String) -> Bool {
-        state.withLock { $0.tokens[requestID]?.contains(token) ?? false }
+        state.withLock { $0.tokens[requestID]?.tokens.contains(token) ?? false }
     }
 
     /// Forgets a request (it finished, and its completion is recorded durably).
     func remove(requestID: String) {
         state.withLock { state in
-            guard let tokens = state.tokens.removeValue(forKey: requestID) else { return }
-            state.count -= tokens.count
-            state.order.removeAll { $0 == requestID }
+            guard let entry = state.tokens.removeValue(forKey: requestID) else { return }
+            state.count -= entry.tokens.count
+            state.compact()
         }
     }
 
     /// Reports remembered now.
     var count: Int { state.withLock { $0.count } }
+
+    /// Entries of the eviction order kept now, stale ones included (tests: it stays proportional to
+    /// the requests remembered).
+    var orderLength: Int { state.withLock { $0.order.count - $0.head } }
 }

@@ -30,12 +30,12 @@ public final class CampaignCancellations: Sendable {
     /// - Throws: `SendRequestDecoder.Rejection` when it names `CancelRequest` but cannot be used
     ///   (undecodable, no request id, or a request id other than the record's key).
     public static func cancelRequest(in message: KafkaMessage) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
-        guard let header = message.header("content-type") else { return nil }
-        let contentType = String(decoding: header, as: UTF8.self)
-        guard contentType.contains("message=\(CancelRequest.protoMessageName)") else { return nil }
+        let header = RecordContentType(of: message)
+        guard header.message == CancelRequest.protoMessageName else { return nil }
+        let contentType = header.text
         let cancel: CancelRequest
         do {
-            cancel = contentType.lowercased().hasPrefix("application/json")
+            cancel = header.isJSON
                 ? try CancelRequest(jsonUTF8: message.value) : try CancelRequest(protobufBytes: message.value)
         } catch {
             throw .init("undecodable CancelRequest (content-type \"\(contentType)\"): \(error)")

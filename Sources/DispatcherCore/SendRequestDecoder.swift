@@ -16,13 +16,13 @@ public enum SendRequestDecoder {
     /// otherwise (the header may be absent).
     /// - Throws: `Rejection` for an undecodable or invalid request.
     public static func decode(_ message: KafkaMessage) throws(Rejection) -> SendRequest {
-        let contentType = message.header("content-type").map { String(decoding: $0, as: UTF8.self) } ?? ""
-        let lowered = contentType.lowercased()
-        let isJSON = lowered.hasPrefix("application/json")
-        guard contentType.isEmpty || isJSON || lowered.hasPrefix("application/x-protobuf") else {
+        let header = RecordContentType(of: message)
+        let contentType = header.text
+        let isJSON = header.isJSON
+        guard header.isEmpty || isJSON || header.isProtobuf else {
             throw Rejection("content-type: \"\(contentType)\" is neither application/json nor \(SendRequest.protobufContentType)")
         }
-        if lowered.contains("message="), !contentType.contains("message=\(SendRequest.protoMessageName)") {
+        if let name = header.message, name != SendRequest.protoMessageName {
             throw Rejection("content-type: \"\(contentType)\" names another message than \(SendRequest.protoMessageName)")
         }
         var request: SendRequest

@@ -41,6 +41,8 @@ public final class SendRequestProcessor: Sendable {
     /// rows by token.
     private let progressLoader: BatchLoader<String, PendingRetryStore.RequestProgress>
     private let completedLoader: BatchLoader<String, Bool>
+    /// Writes `request_completions` rows of requests finishing together in one statement.
+    private let completionRecorder: BatchLoader<CompletionRow, Void>
     /// Reports acknowledged in this process for requests not finished yet.
     let acknowledged: AcknowledgedReports
     private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
@@ -69,6 +71,10 @@ public final class SendRequestProcessor: Sendable {
             let found = try await store.completedRequests(requestIDs)
             return requestIDs.map { found.contains($0) }
         }
+        self.completionRecorder = BatchLoader { [store] rows in
+            try await store.recordCompletions(rows.map { ($0.requestID, $0.eventID) })
+            return rows.map { _ in () }
+        }
         self.acknowledged = AcknowledgedReports()
         self.userTokensLoader = BatchLoader { [store] lists in
             let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
@@ -88,6 +94,12 @@ public final class SendRequestProcessor: Sendable {
         self.defaultEnvironment = defaultEnvironment
         self.clock = clock
         self.logger = logger
+    }
+
+    /// A `request_completions` row.
+    struct CompletionRow: Sendable {
+        var requestID: String
+        var eventID: String
     }
 
     /// One token to send to, or an outcome known without sending.
@@ -234,11 +246,11 @@ public final class SendRequestProcessor: Sendable {
             // The completion is recorded when Kafka acknowledges the RequestCompleted, even when this
             // handling was cancelled meanwhile (a lost partition: the record queued in the producer
             // still goes out), so that handling the request again publishes nothing.
-            acks.start { [feedback, acknowledged, store, logger] in
+            acks.start { [feedback, acknowledged, completionRecorder, logger] in
                 try await feedback.publish(completed, key: requestID)
                 acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
                 do {
-                    try await store.recordCompletion(requestID: requestID, eventID: completed.eventID)
+                    try await completionRecorder.load(CompletionRow(requestID: requestID, eventID: completed.eventID))
                     acknowledged.remove(requestID: requestID)
                 } catch {
                     // Finished all the same; only a redelivery to another process would publish again.

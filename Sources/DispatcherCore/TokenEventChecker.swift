@@ -13,11 +13,11 @@ public enum TokenEventChecker {
     /// The decoded event with its device normalized.
     /// - Throws: `InvalidFieldError` naming the field, or the decoding error.
     public static func checked(_ message: KafkaMessage, nowMs: Int64) throws -> TokenEvent {
-        if let contentType = message.header("content-type").map({ String(decoding: $0, as: UTF8.self) }),
-           !contentType.lowercased().hasPrefix("application/x-protobuf")
-            || (contentType.contains("message=") && !contentType.contains("message=push.v1.TokenEvent"))
-        {
-            throw InvalidFieldError("content-type", "\"\(contentType)\" is not \(TokenEvent.protobufContentType)")
+        if message.header("content-type") != nil {
+            let header = RecordContentType(of: message)
+            if !header.isProtobuf || (header.message.map { $0 != TokenEvent.protoMessageName } ?? false) {
+                throw InvalidFieldError("content-type", "\"\(header.text)\" is not \(TokenEvent.protobufContentType)")
+            }
         }
         var event = try TokenEvent(protobufBytes: message.value)
         guard let device = event.device else { throw InvalidFieldError("device", "is required") }

@@ -8,10 +8,23 @@ extension TokenStore {
     ///   - eventID: the `RequestCompleted` event's id (`FeedbackEventID.requestCompleted`).
     /// - Throws: `PostgresError`.
     public func recordCompletion(requestID: String, eventID: String) async throws {
+        try await recordCompletions([(requestID, eventID)])
+    }
+
+    /// Records many completions in one statement (`INSERT … SELECT FROM unnest(…)`); see
+    /// `recordCompletion(requestID:eventID:)`. A request id listed twice is recorded once.
+    /// - Parameter completions: (request id, `RequestCompleted` event id) pairs.
+    /// - Throws: `PostgresError`.
+    public func recordCompletions(_ completions: [(requestID: String, eventID: String)]) async throws {
+        guard !completions.isEmpty else { return }
         _ = try await pool.withConnection { connection in
             try await connection.execute(
-                "INSERT INTO request_completions (request_id, event_id) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING",
-                [.string(requestID), .string(eventID)])
+                """
+                INSERT INTO request_completions (request_id, event_id)
+                SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT (request_id) DO NOTHING
+                """,
+                [.string(PostgresArrayLiteral.text(completions.map(\.requestID))),
+                 .string(PostgresArrayLiteral.text(completions.map(\.eventID)))], prepared: true)
         }
     }
 

@@ -44,14 +44,25 @@ public struct TraceParent: Sendable, Hashable, CustomStringConvertible {
 
     /// A new trace drawn from `generator` (tests pass a seeded one).
     public static func random<G: RandomNumberGenerator>(using generator: inout G) -> TraceParent {
-        func hex(_ byteCount: Int) -> String {
+        // One generator call per 8 bytes (the system generator makes a system call each time).
+        func nonZero() -> UInt64 {
             while true {
-                let bytes = (0..<byteCount).map { _ in UInt8.random(in: 0...255, using: &generator) }
-                // All zeros is invalid (probability 2^-64 or less): draw again.
-                if bytes.contains(where: { $0 != 0 }) { return bytes.map { Self.hexDigits($0) }.joined() }
+                let value = generator.next()
+                // All zeros is invalid (probability 2^-64): draw again.
+                if value != 0 { return value }
             }
         }
-        return TraceParent("00-\(hex(16))-\(hex(8))-01")!
+        var high = generator.next(), low = generator.next()
+        while high == 0 && low == 0 { (high, low) = (generator.next(), generator.next()) }
+        let parent = nonZero()
+        var text = [UInt8]()
+        text.reserveCapacity(55)
+        text.append(contentsOf: "00-".utf8)
+        for word in [high, low] { appendHex(word, to: &text) }
+        text.append(UInt8(ascii: "-"))
+        appendHex(parent, to: &text)
+        text.append(contentsOf: "-01".utf8)
+        return TraceParent(String(decoding: text, as: UTF8.self))!
     }
 
     /// The version field (2 hex digits).
@@ -74,9 +85,12 @@ public struct TraceParent: Sendable, Hashable, CustomStringConvertible {
         bytes.allSatisfy { ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "f")) }
     }
 
-    private static func hexDigits(_ byte: UInt8) -> String {
-        let digits = Array("0123456789abcdef")
-        return String([digits[Int(byte >> 4)], digits[Int(byte & 0xf)]])
+    /// Appends the 16 lowercase hex digits of `word`, most significant first.
+    private static func appendHex(_ word: UInt64, to text: inout [UInt8]) {
+        let digits: StaticString = "0123456789abcdef"
+        for shift in stride(from: 60, through: 0, by: -4) {
+            text.append(digits.utf8Start[Int((word >> UInt64(shift)) & 0xf)])
+        }
     }
 }
 

@@ -75,6 +75,28 @@ import Testing
         #expect(reports.contains(requestID: "newer", token: "2") && reports.contains(requestID: "newest", token: "1"))
         #expect(reports.count == 3)
     }
+
+    @Test func forgettingIsConstantTimeAndTheEvictionOrderStaysBounded() {
+        let reports = AcknowledgedReports(maxReports: 100)
+        // 100,000 requests come and go (what a busy process sees); a few stay.
+        for n in 0..<100_000 {
+            reports.insert(requestID: "r\(n)", token: "t")
+            if n % 1_000 != 0 { reports.remove(requestID: "r\(n)") }
+        }
+        // r0, r1000 … r99000 were kept; inserting r99001 beside all 100 of them passed the bound
+        // once, and the oldest, r0, went.
+        #expect(reports.count == 99)
+        #expect(reports.orderLength <= 2 * 99 + 64)
+        #expect(!reports.contains(requestID: "r0", token: "t"))
+        #expect(reports.contains(requestID: "r1000", token: "t") && reports.contains(requestID: "r99000", token: "t"))
+        // A request forgotten and remembered again counts from its new insertion: 99 newer requests
+        // push out the 98 older ones, not it.
+        reports.remove(requestID: "r99000")
+        reports.insert(requestID: "r99000", token: "t2")
+        for n in 0..<99 { reports.insert(requestID: "late\(n)", token: "t") }
+        #expect(reports.count == 100)
+        #expect(reports.contains(requestID: "r99000", token: "t2") && !reports.contains(requestID: "r98000", token: "t"))
+    }
 }
 
 /// `request_completions` on a real PostgreSQL: a finished request is found again, and goes with the
@@ -91,6 +113,11 @@ struct RequestCompletionStoreTests {
         try await store.recordCompletion(requestID: "r1", eventID: FeedbackEventID.requestCompleted(requestID: "r1"))
         #expect(try await store.completedRequests(["r1", "r2", "r1"]) == ["r1"])
         #expect(try await store.completedRequests([]).isEmpty)
+        // Many in one statement; one already recorded and one listed twice are recorded once.
+        try await store.recordCompletions([("r1", "other"), ("r2", "e2"), ("r3", "e3"), ("r3", "e3")])
+        #expect(try await store.completedRequests(["r1", "r2", "r3", "r4"]) == ["r1", "r2", "r3"])
+        let kept = try await pool.query("SELECT event_id FROM request_completions WHERE request_id = 'r1'")
+        #expect(try kept.compactMap { try $0.string("event_id") } == [FeedbackEventID.requestCompleted(requestID: "r1")])
         await pool.close()
     }
 

@@ -52,6 +52,27 @@ import Testing
         #expect(seen.count == 1000)
     }
 
+    /// Hands out the listed words, then counts up from 1.
+    struct ScriptedGenerator: RandomNumberGenerator {
+        var words: [UInt64]
+        var counter = UInt64(1)
+        mutating func next() -> UInt64 {
+            if !words.isEmpty { return words.removeFirst() }
+            defer { counter += 1 }
+            return counter
+        }
+    }
+
+    @Test func randomTracesDrawAgainForAllZeroIdsAndPrintWordsAsHex() {
+        // The first trace id (two words) and the first parent id are all zeros: both are drawn again.
+        var generator = ScriptedGenerator(words: [0, 0, 0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210, 0, 0xa])
+        let trace = TraceParent.random(using: &generator)
+        #expect(trace.text == "00-0123456789abcdeffedcba9876543210-000000000000000a-01")
+        // A trace id with one zero word is valid as it is.
+        var halfZero = ScriptedGenerator(words: [0, 7, 9])
+        #expect(TraceParent.random(using: &halfZero).text == "00-00000000000000000000000000000007-0000000000000009-01")
+    }
+
     @Test func resolutionTakesTheFirstValidCandidateElseStartsATrace() {
         let other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         #expect(TraceParent.resolve([Self.valid, other]).trace.text == Self.valid)
