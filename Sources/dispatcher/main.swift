@@ -11,6 +11,7 @@ import ServiceCore
 // never committed). Exit 0 after a graceful stop, 1 otherwise. See docs/lifecycle.md.
 // `dispatcher --check-config` validates the environment, prints the effective configuration (secrets
 // masked) and exits 0, or 2 naming every bad setting, without connecting anywhere.
+MallocArenas.limitUnlessConfigured(environment: ProcessInfo.processInfo.environment)
 ProcessSignals.ignoreSIGPIPE()
 let logger = Logger(label: "dispatcher")
 let checking = EnvironmentConfig.checkRequested

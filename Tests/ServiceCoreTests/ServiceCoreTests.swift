@@ -65,3 +65,11 @@ import Testing
         #expect(clock.nowSeconds() == 3_601)
     }
 }
+
+/// The malloc arena limit of the executables (README "Operations", memory).
+@Suite struct MallocArenasTests {
+    @Test func theOperatorsSettingWinsElseTwoArenas() {
+        #expect(MallocArenas.limitUnlessConfigured(environment: ["MALLOC_ARENA_MAX": "8"]) == nil)
+        #expect(MallocArenas.limitUnlessConfigured(environment: [:]) == MallocArenas.defaultLimit)
+    }
+}
