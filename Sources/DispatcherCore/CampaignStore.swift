@@ -3,7 +3,7 @@ import Foundation
 import Postgres
 import PushMessages
 
-/// The `campaigns` table (migration 5): durable campaign and scheduled-send jobs with a fenced lease
+/// The `campaigns` table (migration 6): durable campaign and scheduled-send jobs with a fenced lease
 /// (docs/campaigns.md). Every lease-holder write is conditioned on `lease_owner`,
 /// `lease_generation` and `lease_expires_at > now()` (the database's clock), and answers whether it
 /// updated the row; a false answer means the lease is lost and the holder must stop.
@@ -14,7 +14,7 @@ public final class CampaignStore: Sendable {
         self.pool = pool
     }
 
-    /// Migration 5: the campaigns table, the version-tuple function of the audience filter and the
+    /// Migration 6: the campaigns table, the version-tuple function of the audience filter and the
     /// partial index that serves audience paging. Listed in `TokenStoreMigrations.all`.
     public static let migration = Migration(version: 6, name: "campaigns", sql: """
         CREATE TABLE campaigns (
@@ -243,32 +243,12 @@ public final class CampaignStore: Sendable {
                              [.string(requestID)]).first?.bool("c") ?? false
     }
 
-    /// Where a request stands, from PostgreSQL: its campaign row, else its `send_log` outcomes.
-    /// - Returns: nil when neither knows the request.
+    /// Where a request stands, from PostgreSQL: its campaign row, else what the immediate request
+    /// tables hold (`RequestStatusReader`, `RequestStatusDecision`).
+    /// - Returns: nil when no table knows the request.
     /// - Throws: `PostgresError`.
     public func status(requestID: String) async throws -> RequestStatusReport? {
-        if let record = try await campaign(requestID: requestID) {
-            var report = RequestStatusReport(requestID: requestID, status: record.state.rawValue, isCampaign: true)
-            report.sendAtMs = record.sendAtMs
-            report.counts = record.counts
-            report.cancelRequested = record.cancelRequested
-            return report
-        }
-        let rows = try await pool.query(
-            "SELECT outcome, count(*) AS n FROM send_log WHERE request_id = $1 GROUP BY outcome", [.string(requestID)])
-        guard !rows.isEmpty else { return nil }
-        var report = RequestStatusReport(requestID: requestID, status: "seen", isCampaign: false)
-        for row in rows {
-            let n = try row.int64("n") ?? 0
-            report.counts.processed += n
-            switch try row.string("outcome") {
-            case "DELIVERED": report.counts.delivered += n
-            case "REJECTED": report.counts.rejected += n
-            case "FAILED": report.counts.failed += n
-            default: report.counts.skipped += n
-            }
-        }
-        return report
+        try await pool.withConnection { try await RequestStatusReader.status(requestID: requestID, on: $0) }
     }
 
     // MARK: Helpers

@@ -225,6 +225,7 @@ public final class SendRequestProcessor: Sendable {
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
         let requestID = request.requestID
+        let finalState: CampaignState = counts.status == .cancelled ? .cancelled : .completed
         if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
             // The completion is recorded when Kafka acknowledges the RequestCompleted, even when this
             // handling was cancelled meanwhile (a lost partition: the record queued in the producer
@@ -233,7 +234,7 @@ public final class SendRequestProcessor: Sendable {
                 try await feedback.publish(completed, key: requestID)
                 acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
                 do {
-                    try await store.recordCompletion(requestID: requestID, eventID: completed.eventID)
+                    try await store.recordCompletion(requestID: requestID, eventID: completed.eventID, status: finalState)
                     acknowledged.remove(requestID: requestID)
                 } catch {
                     // Finished all the same; only a redelivery to another process would publish again.

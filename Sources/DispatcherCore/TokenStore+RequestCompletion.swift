@@ -6,12 +6,14 @@ extension TokenStore {
     /// - Parameters:
     ///   - requestID: the request id.
     ///   - eventID: the `RequestCompleted` event's id (`FeedbackEventID.requestCompleted`).
+    ///   - status: what the `RequestCompleted` said, `completed` or `cancelled` (read back by the
+    ///     request status, docs/campaigns.md "Request status").
     /// - Throws: `PostgresError`.
-    public func recordCompletion(requestID: String, eventID: String) async throws {
+    public func recordCompletion(requestID: String, eventID: String, status: CampaignState = .completed) async throws {
         _ = try await pool.withConnection { connection in
             try await connection.execute(
-                "INSERT INTO request_completions (request_id, event_id) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING",
-                [.string(requestID), .string(eventID)])
+                "INSERT INTO request_completions (request_id, event_id, status) VALUES ($1, $2, $3) ON CONFLICT (request_id) DO NOTHING",
+                [.string(requestID), .string(eventID), .string(status == .cancelled ? "cancelled" : "completed")])
         }
     }
 

@@ -98,7 +98,7 @@ do {
         dispatcher: configuration, apns: apns, tokens: tokens, postgresURL: postgresURL, producer: producer, monitor: monitor)
     settings.postgresPassword = postgresPassword
     settings.databaseCheckInterval = databaseCheckInterval
-    // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
+    // HTTP/1.1 admin port: /metrics, /healthz, /readyz, GET /v1/requests/<id> (README "Admin port").
     admin = try AdminServer.start(
         environment: env, defaultPort: 9102, readiness: monitor.readiness,
         testHooks: [
@@ -108,6 +108,12 @@ do {
                     return AdminResponse(status: 409, body: "no consumer running\n")
                 }
                 return AdminResponse(status: 200, body: "Kafka poll thread wedged for \(seconds) s\n")
+            },
+        ],
+        asyncRoutes: [
+            AdminEndpoints.AsyncRoute(prefix: RequestStatusEndpoint.pathPrefix) { requestID in
+                let answer = await monitor.requestStatusAnswer(requestID: requestID)
+                return AdminResponse(status: answer.status, contentType: AdminResponse.json, body: answer.body + "\n")
             },
         ])
     logger.info("admin port listening", ["admin_port": "\(admin.port)"])

@@ -107,6 +107,108 @@ import Testing
         #expect(served)
     }
 
+    // MARK: Async routes
+
+    /// A gate a handler waits on until the test opens it.
+    final class Gate: Sendable {
+        private let state = Mutex<(open: Bool, entered: Int, waiters: [CheckedContinuation<Void, Never>])>((false, 0, []))
+        var entered: Int { state.withLock { $0.entered } }
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { state in
+                    state.entered += 1
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+        func open() {
+            let waiters = state.withLock { state in
+                state.open = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    static func asyncEndpoints(_ gate: Gate, timeout: Duration = .seconds(10)) -> AdminEndpoints {
+        var result = endpoints()
+        result.asyncRoutes = [
+            .init(prefix: "/v1/things/") { rest in
+                await gate.wait()
+                return AdminResponse(status: rest == "missing" ? 404 : 200, contentType: AdminResponse.json, body: #"{"thing":"\#(rest)"}"#)
+            },
+        ]
+        result.asyncTimeout = timeout
+        return result
+    }
+
+    /// `HTTP1.request` on a thread of its own: the blocking socket never holds a cooperative thread
+    /// that the handler's task needs.
+    static func requestOffPool(_ method: String, _ path: String, port: Int) async throws -> HTTP1.Response {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                do { continuation.resume(returning: try HTTP1.request(method, path, port: port)) } catch { continuation.resume(throwing: error) }
+            }
+        }
+    }
+
+    static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw HTTP1.Failure(what: "timed out waiting for \(what)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    @Test func anAsyncRouteAnswersLaterWhileTheServerKeepsServing() async throws {
+        let gate = Gate()
+        let server = try Self.start(Self.asyncEndpoints(gate))
+        defer { server.stop() }
+        async let waiting = Self.requestOffPool("GET", "/v1/things/a%20b", port: server.port)
+        try await Self.waitUntil("the handler to start") { gate.entered == 1 }
+        // The suspended request holds neither the server's thread nor its answer.
+        #expect(try await Self.requestOffPool("GET", "/metrics", port: server.port).status == 200)
+        #expect(try await Self.requestOffPool("GET", "/readyz", port: server.port).status == 200)
+        gate.open()
+        let answer = try await waiting
+        #expect(answer.status == 200 && answer.headers["content-type"] == "application/json")
+        #expect(answer.body == #"{"thing":"a b"}"#)
+        let missing = try await Self.requestOffPool("GET", "/v1/things/missing", port: server.port)
+        #expect(missing.status == 404 && missing.body == #"{"thing":"missing"}"#)
+        let head = try await Self.requestOffPool("HEAD", "/v1/things/x", port: server.port)
+        #expect(head.status == 200 && head.body.isEmpty)
+        #expect(try await Self.requestOffPool("POST", "/v1/things/x", port: server.port).status == 405)
+        // Several at once, each with its own answer.
+        async let one = Self.requestOffPool("GET", "/v1/things/1", port: server.port)
+        async let two = Self.requestOffPool("GET", "/v1/things/2", port: server.port)
+        #expect(try await [one.body, two.body] == [#"{"thing":"1"}"#, #"{"thing":"2"}"#])
+    }
+
+    @Test func anAsyncRouteWithoutAnAnswerInTimeGets503AndStopDoesNotHang() async throws {
+        let gate = Gate()
+        let server = try Self.start(Self.asyncEndpoints(gate, timeout: .milliseconds(300)))
+        let started = ContinuousClock.now
+        let late = try await Self.requestOffPool("GET", "/v1/things/slow", port: server.port)
+        #expect(late.status == 503 && late.headers["content-type"] == "application/json")
+        #expect(late.body == #"{"error":"unavailable","message":"no answer within 300 ms"}"# + "\n")
+        #expect(ContinuousClock.now - started < .seconds(4))
+        // The server still answers, and stopping with a request suspended neither hangs nor crashes.
+        #expect(try await Self.requestOffPool("GET", "/metrics", port: server.port).status == 200)
+        let waitingServer = try Self.start(Self.asyncEndpoints(gate))
+        async let pending = try? Self.requestOffPool("GET", "/v1/things/stuck", port: waitingServer.port)
+        try await Self.waitUntil("the handler to start") { gate.entered == 2 }
+        let stopping = ContinuousClock.now
+        waitingServer.stop()
+        server.stop()
+        #expect(ContinuousClock.now - stopping < .seconds(5))
+        if let answer = await pending { #expect(answer.status == 503) }
+        gate.open()
+    }
+
     @Test func aTakenPortIsAClearError() throws {
         let server = try Self.start(Self.endpoints())
         defer { server.stop() }
