@@ -95,6 +95,10 @@ public struct DispatcherConfiguration: Sendable {
     public var maxParkedInFlight = 200
     /// Campaigns and scheduled sends (`PUSH_CAMPAIGN_*`, docs/campaigns.md).
     public var campaigns = CampaignSettings()
+    /// Token hygiene: stale ageing, deletion of old inactive rows and finished campaigns
+    /// (`PUSH_TOKEN_*`, `PUSH_CAMPAIGN_RETENTION_DAYS`, docs/token-hygiene.md). Runs under its own
+    /// lease of `campaigns.lease` length.
+    public var tokenHygiene = TokenHygieneSettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

@@ -116,5 +116,7 @@ public enum TokenStoreMigrations {
             ALTER TABLE request_completions ADD COLUMN status text NOT NULL DEFAULT 'completed'
                 CHECK (status IN ('completed', 'cancelled'));
             """),
+        // Maintenance jobs' leases (docs/token-hygiene.md): defined beside their store.
+        TokenHygieneStore.migration,
     ]
 }

@@ -52,6 +52,20 @@ do {
     configuration.defaultEnvironment = try env.choice(
         "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
     configuration.campaigns = try CampaignSettings.fromEnvironment(env)
+    // Token hygiene (docs/token-hygiene.md): stale ageing and inactive-row deletion are off until set.
+    var hygiene = TokenHygieneSettings()
+    if env.string("PUSH_TOKEN_STALE_AFTER_DAYS") != nil {
+        hygiene.staleAfterDays = try env.int("PUSH_TOKEN_STALE_AFTER_DAYS", default: 90, in: 1...36_500)
+    }
+    if env.string("PUSH_TOKEN_DELETE_INACTIVE_AFTER_DAYS") != nil {
+        hygiene.deleteInactiveAfterDays = try env.int("PUSH_TOKEN_DELETE_INACTIVE_AFTER_DAYS", default: 1, in: 1...36_500)
+    }
+    let campaignRetentionDays = try env.int("PUSH_CAMPAIGN_RETENTION_DAYS", default: hygiene.campaignRetentionDays ?? 0, in: 0...36_500)
+    hygiene.campaignRetentionDays = campaignRetentionDays == 0 ? nil : campaignRetentionDays
+    hygiene.interval = try env.milliseconds("PUSH_TOKEN_HYGIENE_INTERVAL_MS", default: hygiene.interval)
+    if hygiene.interval <= .zero { try env.fail("PUSH_TOKEN_HYGIENE_INTERVAL_MS", "must be positive") }
+    hygiene.batchSize = try env.int("PUSH_TOKEN_HYGIENE_BATCH_SIZE", default: hygiene.batchSize, in: 1...100_000)
+    configuration.tokenHygiene = hygiene
 
     // The .p8 key: inline (PUSH_APNS_KEY) or from a file (PUSH_APNS_KEY_FILE).
     let keyVariable = env.string("PUSH_APNS_KEY") != nil ? "PUSH_APNS_KEY" : "PUSH_APNS_KEY_FILE"
