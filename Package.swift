@@ -60,10 +60,11 @@ let package = Package(
         .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
         // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
-        // simulator faults). Its logic is in PushCtlCore, tested without I/O.
+        // request status, simulator faults). Its logic is in PushCtlCore, tested without I/O; the request
+        // status is read as the dispatcher reads it (DispatcherCore's RequestStatusReader).
         .target(
             name: "PushCtlCore",
-            dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: ["APNs", "DispatcherCore", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
         .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
     ]
 )
@@ -94,6 +95,6 @@ if hasTests {
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["PushCtlCore", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherCore", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }

@@ -16,6 +16,8 @@ public struct AdminResponse: Sendable, Equatable {
 
     /// `text/plain; charset=utf-8`.
     public static let plainText = "text/plain; charset=utf-8"
+    /// `application/json`.
+    public static let json = "application/json"
     /// The Prometheus text exposition format, version 0.0.4.
     public static let prometheusText = "text/plain; version=0.0.4; charset=utf-8"
 }

@@ -17,10 +17,12 @@ extension AdminServer {
     ///   - defaultPort: the port when `PUSH_ADMIN_PORT` is unset.
     ///   - readiness: what `/readyz` decides from.
     ///   - testHooks: hooks served only when `PUSH_ADMIN_TEST_HOOKS` is true.
+    ///   - asyncRoutes: routes answered off the server's thread (see `AdminEndpoints.AsyncRoute`).
     /// - Throws: `EnvironmentConfig.Error` naming a bad variable; `AdminServerError` when the port cannot be bound.
     public static func start(
         environment env: EnvironmentConfig, defaultPort: Int, readiness: ReadinessState,
-        testHooks: [String: @Sendable (_ query: (String) -> String?) -> AdminResponse] = [:]
+        testHooks: [String: @Sendable (_ query: (String) -> String?) -> AdminResponse] = [:],
+        asyncRoutes: [AdminEndpoints.AsyncRoute] = []
     ) throws -> AdminServer {
         var configuration = Configuration(port: try env.int("PUSH_ADMIN_PORT", default: defaultPort, in: 0...65535))
         configuration.host = env.string("PUSH_ADMIN_HOST", default: configuration.host)
@@ -35,7 +37,7 @@ extension AdminServer {
             metrics: { MetricsRegistry.shared.render() },
             liveness: { liveness.evaluate(Heartbeats.shared.snapshot()) },
             readiness: { [policy] in policy.evaluate(readiness.inputs()) },
-            testHooks: hooks)
+            testHooks: hooks, asyncRoutes: asyncRoutes)
         do {
             return try start(configuration: configuration, endpoints: endpoints)
         } catch {

@@ -12,6 +12,13 @@ import Synchronization
 /// - `GET /readyz`: `AdminEndpoints.readiness`, the same way.
 /// - `POST /debug/<name>?…`: the test hook `<name>` when `AdminEndpoints.testHooks` has it (only when
 ///   the executable enabled them), else 404.
+/// - `GET <prefix>…` of each `AdminEndpoints.asyncRoutes` entry (the dispatcher's
+///   `/v1/requests/<id>`): the connection is suspended (`MHD_suspend_connection`, the daemon runs with
+///   `MHD_ALLOW_SUSPEND_RESUME`), the handler runs as a Swift task, and its answer is stored and the
+///   connection resumed; libmicrohttpd then calls the access handler again on its own thread, which
+///   queues the stored answer. No answer within `AdminEndpoints.asyncTimeout`: 503. `stop()` answers
+///   every suspended request with 503 and resumes it before stopping the daemon, as libmicrohttpd
+///   requires.
 ///
 /// Built on libmicrohttpd (Debian's libmicrohttpd12) with its own polling thread
 /// (`MHD_USE_INTERNAL_POLLING_THREAD`), a connection limit (`MHD_OPTION_CONNECTION_LIMIT`) and an idle
@@ -72,9 +79,16 @@ public final class AdminServer: Sendable {
     }
 
     /// Stops listening and closes connections (`MHD_stop_daemon`, which waits for its thread).
-    /// Idempotent.
+    /// Suspended requests of async routes are answered 503 and resumed first. Idempotent.
     public func stop() {
+        context.takeUnretainedValue().resumeAll(with: AdminServer.unavailable("the server is stopping"))
         daemon.stop()
+    }
+
+    /// A 503 answer with a JSON error body, `{"error":"unavailable","message":…}` (`message` is one of
+    /// this file's fixed texts, so it needs no escaping).
+    static func unavailable(_ message: String) -> AdminResponse {
+        AdminResponse(status: 503, contentType: AdminResponse.json, body: "{\"error\":\"unavailable\",\"message\":\"\(message)\"}\n")
     }
 }
 
@@ -93,10 +107,62 @@ private final class DaemonHandle: @unchecked Sendable {
 }
 
 /// What the access handler reaches through its unretained context pointer; retained by the server
-/// (`AdminServer.context`) until the daemon stopped.
+/// (`AdminServer.context`) until the daemon stopped, and by the tasks of deferred answers.
 private final class RequestContext: Sendable {
     let endpoints: AdminEndpoints
+    /// Suspended connections waiting for their answer; `stopped` once `resumeAll` ran.
+    private let waiting = Mutex<(stopped: Bool, answers: [ObjectIdentifier: DeferredAnswer])>((false, [:]))
+
     init(endpoints: AdminEndpoints) { self.endpoints = endpoints }
+
+    /// Registers a request about to be suspended.
+    /// - Returns: false when the server is stopping (answer at once instead).
+    func begin(_ answer: DeferredAnswer) -> Bool {
+        waiting.withLock { state in
+            guard !state.stopped else { return false }
+            state.answers[ObjectIdentifier(answer)] = answer
+            return true
+        }
+    }
+
+    /// Stores `response` as the answer and resumes the connection, unless it was answered already
+    /// (the timeout, or `resumeAll`): only the first answer counts, and a connection is resumed once.
+    func complete(_ answer: DeferredAnswer, with response: AdminResponse) {
+        waiting.withLock { state in
+            guard state.answers.removeValue(forKey: ObjectIdentifier(answer)) != nil else { return }
+            answer.resume(with: response)
+        }
+    }
+
+    /// Answers every waiting request with `response` and refuses new ones (before `MHD_stop_daemon`).
+    func resumeAll(with response: AdminResponse) {
+        waiting.withLock { state in
+            state.stopped = true
+            for answer in state.answers.values { answer.resume(with: response) }
+            state.answers.removeAll()
+        }
+    }
+}
+
+/// The answer of one suspended request. `@unchecked Sendable`: `connection` is only passed to
+/// `MHD_resume_connection`, which libmicrohttpd allows from any thread for a suspended connection,
+/// once (under `RequestContext`'s lock, which also guarantees the connection is still suspended);
+/// `response` and `timer` are behind locks.
+private final class DeferredAnswer: @unchecked Sendable {
+    private let connection: OpaquePointer
+    private let response = Mutex<AdminResponse?>(nil)
+    let timer = Mutex<Task<Void, Never>?>(nil)
+
+    init(connection: OpaquePointer) { self.connection = connection }
+
+    /// The stored answer (read on libmicrohttpd's thread after the resume).
+    var answer: AdminResponse? { response.withLock { $0 } }
+
+    func resume(with answer: AdminResponse) {
+        response.withLock { $0 = answer }
+        timer.withLock { $0?.cancel() }
+        MHD_resume_connection(connection)
+    }
 }
 
 /// `MHD_NO`: libmicrohttpd's closed C enums import as Swift enums whose case names vary with the
@@ -113,10 +179,43 @@ private func adminAccessHandler(
     guard let cls, let connection, let url, let method else { return mhdNo }
     let context = Unmanaged<RequestContext>.fromOpaque(cls).takeUnretainedValue()
     let methodName = String(cString: method)
+    // Called again after a deferred answer resumed the connection: queue the stored answer.
+    if let connectionContext, let stored = connectionContext.pointee {
+        connectionContext.pointee = nil
+        let answer = Unmanaged<DeferredAnswer>.fromOpaque(stored).takeRetainedValue()
+        return queueResponse(answer.answer ?? AdminServer.unavailable("no answer"), method: methodName, connection: connection)
+    }
     let path = String(cString: url)
-    let response = context.endpoints.respond(method: methodName, path: path) { name in
+    let route = context.endpoints.route(method: methodName, path: path) { name in
         MHD_lookup_connection_value(connection, MHD_ValueKind(rawValue: 8)!  /* MHD_GET_ARGUMENT_KIND */, name).map { String(cString: $0) }
     }
+    switch route {
+    case .immediate(let response):
+        return queueResponse(response, method: methodName, connection: connection)
+    case .deferred(let work):
+        guard let connectionContext else { return mhdNo }
+        let answer = DeferredAnswer(connection: connection)
+        guard context.begin(answer) else {
+            return queueResponse(AdminServer.unavailable("the server is stopping"), method: methodName, connection: connection)
+        }
+        // Retained until the second call takes it back; resumed only after the suspension below (the
+        // resume is processed by this very thread once the handler returned).
+        connectionContext.pointee = Unmanaged.passRetained(answer).toOpaque()
+        MHD_suspend_connection(connection)
+        let timeout = context.endpoints.asyncTimeout
+        answer.timer.withLock { timer in
+            timer = Task {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                context.complete(answer, with: AdminServer.unavailable("no answer within \(timeout.wholeMilliseconds) ms"))
+            }
+        }
+        Task { context.complete(answer, with: await work()) }
+        return MHD_Result(rawValue: 1)!  // MHD_YES
+    }
+}
+
+/// Queues `response` on `connection` (on libmicrohttpd's thread); `HEAD` gets no body.
+private func queueResponse(_ response: AdminResponse, method methodName: String, connection: OpaquePointer) -> MHD_Result {
     var body = methodName == "HEAD" ? [] : Array(response.body.utf8)
     let mhdResponse = body.withUnsafeMutableBytes { bytes in
         MHD_create_response_from_buffer(bytes.count, bytes.baseAddress, MHD_ResponseMemoryMode(rawValue: 2)!  /* MHD_RESPMEM_MUST_COPY */)

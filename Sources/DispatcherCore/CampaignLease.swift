@@ -2,7 +2,11 @@
 /// generation the database gave, and when the holder last renewed it on its own monotonic clock.
 /// Pure decisions: the holder stops when the lease may have run out, even if the database does
 /// not answer.
+///
+/// The same type holds the lease of a maintenance job (`job_leases`, docs/token-hygiene.md): one lease
+/// mechanism, `FencedLeaseSQL`, for every leased row.
 public struct CampaignLease: Sendable, Equatable {
+    /// The leased row's key: the campaign's request id, or the maintenance job's name.
     public let requestID: String
     public let owner: String
     public let generation: Int64

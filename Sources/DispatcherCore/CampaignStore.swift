@@ -3,7 +3,7 @@ import Foundation
 import Postgres
 import PushMessages
 
-/// The `campaigns` table (migration 5): durable campaign and scheduled-send jobs with a fenced lease
+/// The `campaigns` table (migration 6): durable campaign and scheduled-send jobs with a fenced lease
 /// (docs/campaigns.md). Every lease-holder write is conditioned on `lease_owner`,
 /// `lease_generation` and `lease_expires_at > now()` (the database's clock), and answers whether it
 /// updated the row; a false answer means the lease is lost and the holder must stop.
@@ -14,7 +14,7 @@ public final class CampaignStore: Sendable {
         self.pool = pool
     }
 
-    /// Migration 5: the campaigns table, the version-tuple function of the audience filter and the
+    /// Migration 6: the campaigns table, the version-tuple function of the audience filter and the
     /// partial index that serves audience paging. Listed in `TokenStoreMigrations.all`.
     public static let migration = Migration(version: 6, name: "campaigns", sql: """
         CREATE TABLE campaigns (
@@ -58,7 +58,8 @@ public final class CampaignStore: Sendable {
         """)
 
     static let nowMs = "(extract(epoch from now()) * 1000)::bigint"
-    static let leaseHeld = "lease_owner = $2 AND lease_generation = $3 AND lease_expires_at > now()"
+    /// The lease's SQL, shared with the maintenance jobs' leases.
+    static let lease = FencedLeaseSQL.campaigns
 
     // MARK: Creating and cancelling
 
@@ -118,13 +119,12 @@ public final class CampaignStore: Sendable {
         let sentAt = ContinuousClock.now
         let rows = try await pool.query("""
             UPDATE campaigns c
-               SET lease_owner = $1, lease_generation = c.lease_generation + 1,
-                   lease_expires_at = now() + $2 * interval '1 millisecond',
+               SET \(FencedLeaseSQL.take(owner: "$1", milliseconds: "$2", alias: "c")),
                    status = 'running', started_at_ms = COALESCE(c.started_at_ms, \(Self.nowMs)), updated_at = now()
              WHERE c.request_id = (
                 SELECT request_id FROM campaigns
                  WHERE status IN ('accepted', 'scheduled', 'running') AND send_at_ms <= \(Self.nowMs)
-                   AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+                   AND \(FencedLeaseSQL.available)
                  ORDER BY send_at_ms, created_at
                  LIMIT 1 FOR UPDATE SKIP LOCKED)
             RETURNING c.*
@@ -159,10 +159,10 @@ public final class CampaignStore: Sendable {
     /// - Throws: `PostgresError` (the caller treats it as lost too).
     public func renew(_ lease: CampaignLease) async throws -> Renewal? {
         let rows = try await pool.query("""
-            UPDATE campaigns SET lease_expires_at = now() + $4 * interval '1 millisecond'
-             WHERE request_id = $1 AND \(Self.leaseHeld)
+            UPDATE campaigns SET lease_expires_at = \(FencedLeaseSQL.extend("$4"))
+             WHERE \(Self.lease.held)
             RETURNING cancel_requested_at_ms IS NOT NULL AS cancel_requested
-            """, [.string(lease.requestID), .string(lease.owner), .int64(lease.generation), .int64(lease.duration.wholeMilliseconds)])
+            """, FencedLeaseSQL.parameters(lease) + [.int64(lease.duration.wholeMilliseconds)])
         guard let row = rows.first else { return nil }
         return Renewal(cancelRequested: try row.bool("cancel_requested") ?? false)
     }
@@ -175,8 +175,8 @@ public final class CampaignStore: Sendable {
         let updated = try await pool.execute("""
             UPDATE campaigns SET cursor = COALESCE($4, cursor), processed = $5, delivered = $6, rejected = $7,
                    failed = $8, skipped = $9, updated_at = now()
-             WHERE request_id = $1 AND \(Self.leaseHeld)
-            """, [.string(lease.requestID), .string(lease.owner), .int64(lease.generation), cursor.map { .string($0) }] + Self.values(counts))
+             WHERE \(Self.lease.held)
+            """, FencedLeaseSQL.parameters(lease) + [cursor.map { .string($0) }] + Self.values(counts))
         return updated > 0
     }
 
@@ -186,10 +186,9 @@ public final class CampaignStore: Sendable {
     public func finish(_ lease: CampaignLease, state: CampaignState, counts: CampaignCounts, completedAtMs: Int64) async throws -> Bool {
         let updated = try await pool.execute("""
             UPDATE campaigns SET status = $4, processed = $5, delivered = $6, rejected = $7, failed = $8, skipped = $9,
-                   completed_at_ms = $10, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-             WHERE request_id = $1 AND \(Self.leaseHeld)
-            """, [.string(lease.requestID), .string(lease.owner), .int64(lease.generation), .string(state.rawValue)]
-            + Self.values(counts) + [.int64(completedAtMs)])
+                   completed_at_ms = $10, \(FencedLeaseSQL.free), updated_at = now()
+             WHERE \(Self.lease.held)
+            """, FencedLeaseSQL.parameters(lease) + [.string(state.rawValue)] + Self.values(counts) + [.int64(completedAtMs)])
         return updated > 0
     }
 
@@ -199,9 +198,9 @@ public final class CampaignStore: Sendable {
     @discardableResult
     public func release(_ lease: CampaignLease) async throws -> Bool {
         let updated = try await pool.execute("""
-            UPDATE campaigns SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-             WHERE request_id = $1 AND \(Self.leaseHeld)
-            """, [.string(lease.requestID), .string(lease.owner), .int64(lease.generation)])
+            UPDATE campaigns SET \(FencedLeaseSQL.free), updated_at = now()
+             WHERE \(Self.lease.held)
+            """, FencedLeaseSQL.parameters(lease))
         return updated > 0
     }
 
@@ -243,32 +242,12 @@ public final class CampaignStore: Sendable {
                              [.string(requestID)]).first?.bool("c") ?? false
     }
 
-    /// Where a request stands, from PostgreSQL: its campaign row, else its `send_log` outcomes.
-    /// - Returns: nil when neither knows the request.
+    /// Where a request stands, from PostgreSQL: its campaign row, else what the immediate request
+    /// tables hold (`RequestStatusReader`, `RequestStatusDecision`).
+    /// - Returns: nil when no table knows the request.
     /// - Throws: `PostgresError`.
     public func status(requestID: String) async throws -> RequestStatusReport? {
-        if let record = try await campaign(requestID: requestID) {
-            var report = RequestStatusReport(requestID: requestID, status: record.state.rawValue, isCampaign: true)
-            report.sendAtMs = record.sendAtMs
-            report.counts = record.counts
-            report.cancelRequested = record.cancelRequested
-            return report
-        }
-        let rows = try await pool.query(
-            "SELECT outcome, count(*) AS n FROM send_log WHERE request_id = $1 GROUP BY outcome", [.string(requestID)])
-        guard !rows.isEmpty else { return nil }
-        var report = RequestStatusReport(requestID: requestID, status: "seen", isCampaign: false)
-        for row in rows {
-            let n = try row.int64("n") ?? 0
-            report.counts.processed += n
-            switch try row.string("outcome") {
-            case "DELIVERED": report.counts.delivered += n
-            case "REJECTED": report.counts.rejected += n
-            case "FAILED": report.counts.failed += n
-            default: report.counts.skipped += n
-            }
-        }
-        return report
+        try await pool.withConnection { try await RequestStatusReader.status(requestID: requestID, on: $0) }
     }
 
     // MARK: Helpers

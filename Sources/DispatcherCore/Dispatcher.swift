@@ -33,6 +33,8 @@ public final class Dispatcher: Sendable {
     private let campaignStore: CampaignStore
     private let campaigns: CampaignRunner
     private let cancellations = CampaignCancellations()
+    /// Token hygiene (docs/token-hygiene.md); nil when nothing of it is configured.
+    private let tokenHygiene: TokenHygieneRunner?
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -98,6 +100,11 @@ public final class Dispatcher: Sendable {
         self.campaigns = CampaignRunner(
             store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
             instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger)
+        self.tokenHygiene = configuration.tokenHygiene.isEnabled
+            ? TokenHygieneRunner(
+                store: TokenHygieneStore(pool: store.pool), feedback: feedback, settings: configuration.tokenHygiene,
+                leaseDuration: configuration.campaigns.lease, instanceID: configuration.instanceID, clock: clock, logger: logger)
+            : nil
     }
 
     /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
@@ -141,6 +148,7 @@ public final class Dispatcher: Sendable {
         ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
         let redrive = Task { await parkedRetries.run() }
         let campaignRunner = configuration.campaigns.runnerEnabled ? Task { await campaigns.run() } : nil
+        let hygiene = tokenHygiene.map { runner in Task { await runner.run() } }
         await shutdown.wait()
         monitor.readiness.setPhase(.stopping)
         // Re-drives in flight finish (their outcomes recorded); no new row is claimed.
@@ -151,6 +159,9 @@ public final class Dispatcher: Sendable {
         // Campaigns stop sending, finish what is in flight and release their leases.
         campaigns.stop()
         await withTaskCancellationHandler { await campaignRunner?.value } onCancel: { campaignRunner?.cancel() }
+        // A token-hygiene pass finishes its page (announced, committed) and releases its lease.
+        tokenHygiene?.stop()
+        await withTaskCancellationHandler { await hygiene?.value } onCancel: { hygiene?.cancel() }
         let dropped = stopAll()
         if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
         _ = await withTaskCancellationHandler {

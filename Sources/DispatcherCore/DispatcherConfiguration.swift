@@ -99,6 +99,10 @@ public struct DispatcherConfiguration: Sendable {
     /// (`PUSH_APNS_OTHER_ENVIRONMENT_RETRY`, docs/semantics.md "The other environment after
     /// BadDeviceToken"). Default none.
     public var otherEnvironmentRetry = OtherEnvironmentRetrySettings()
+    /// Token hygiene: stale ageing, deletion of old inactive rows and finished campaigns
+    /// (`PUSH_TOKEN_*`, `PUSH_CAMPAIGN_RETENTION_DAYS`, docs/token-hygiene.md). Runs under its own
+    /// lease of `campaigns.lease` length.
+    public var tokenHygiene = TokenHygieneSettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

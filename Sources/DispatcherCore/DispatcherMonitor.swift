@@ -27,6 +27,7 @@ public final class DispatcherMonitor: Sendable {
     public let readiness = ReadinessState()
     private let consumer = Mutex<KafkaConsumer?>(nil)
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
+    private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
     private let providerTokenFaults = Mutex(AppleTrouble())
     private let unreachable = Mutex(AppleTrouble())
 
@@ -59,6 +60,25 @@ public final class DispatcherMonitor: Sendable {
         guard let consumer = consumer.withLock({ $0 }) else { return false }
         consumer.wedgePollThreadForTesting(for: duration)
         return true
+    }
+
+    /// The answer of the admin port's `GET /v1/requests/<requestID>` (`RequestStatusEndpoint`), read
+    /// from PostgreSQL through the pool of the running service; 503 before it connected or after it
+    /// closed.
+    public func requestStatusAnswer(requestID: String) async -> RequestStatusEndpoint.Answer {
+        await RequestStatusEndpoint.answer(requestID: requestID) { id in
+            guard let lookup = statusLookup.withLock({ $0 }) else { throw NotConnected() }
+            return try await lookup(id)
+        }
+    }
+
+    private struct NotConnected: Error, CustomStringConvertible {
+        var description: String { "not connected (the dispatcher is starting or stopping)" }
+    }
+
+    /// Sets (or with nil removes) what `requestStatusAnswer` reads through.
+    func setStatusLookup(_ lookup: (@Sendable (String) async throws -> RequestStatusReport?)?) {
+        statusLookup.withLock { $0 = lookup }
     }
 
     func attach(consumer: KafkaConsumer, engine: @escaping @Sendable () -> EngineSnapshot) {

@@ -66,6 +66,11 @@ public struct DispatcherService: Service {
         poolConfiguration.password = settings.postgresPassword
         let pool = PostgresPool(configuration: poolConfiguration, logger: logger.with(["component": "postgres"]))
         try await pool.start()
+        // The admin port's GET /v1/requests/<id> reads through this pool while it is open.
+        settings.monitor.setStatusLookup { requestID in
+            try await pool.withConnection { try await RequestStatusReader.status(requestID: requestID, on: $0) }
+        }
+        defer { settings.monitor.setStatusLookup(nil) }
         // /readyz reads the last outcome of this loop, never a query of its own.
         let databaseChecks = Task { [interval = settings.databaseCheckInterval, logger] in
             var lastSucceeded = true

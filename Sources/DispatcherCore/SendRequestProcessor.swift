@@ -72,7 +72,7 @@ public final class SendRequestProcessor: Sendable {
             return requestIDs.map { found.contains($0) }
         }
         self.completionRecorder = BatchLoader { [store] rows in
-            try await store.recordCompletions(rows.map { ($0.requestID, $0.eventID) })
+            try await store.recordCompletions(rows.map { ($0.requestID, $0.eventID, $0.status) })
             return rows.map { _ in () }
         }
         self.acknowledged = AcknowledgedReports()
@@ -100,6 +100,8 @@ public final class SendRequestProcessor: Sendable {
     struct CompletionRow: Sendable {
         var requestID: String
         var eventID: String
+        /// `completed` or `cancelled`.
+        var status: CampaignState
     }
 
     /// One token to send to, or an outcome known without sending.
@@ -242,6 +244,7 @@ public final class SendRequestProcessor: Sendable {
         let completed = feedback.event(
             id: FeedbackEventID.requestCompleted(requestID: request.requestID), .requestCompleted(counts), traceParent: request.traceParent)
         let requestID = request.requestID
+        let finalState: CampaignState = counts.status == .cancelled ? .cancelled : .completed
         if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
             // The completion is recorded when Kafka acknowledges the RequestCompleted, even when this
             // handling was cancelled meanwhile (a lost partition: the record queued in the producer
@@ -250,7 +253,7 @@ public final class SendRequestProcessor: Sendable {
                 try await feedback.publish(completed, key: requestID)
                 acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
                 do {
-                    try await completionRecorder.load(CompletionRow(requestID: requestID, eventID: completed.eventID))
+                    try await completionRecorder.load(CompletionRow(requestID: requestID, eventID: completed.eventID, status: finalState))
                     acknowledged.remove(requestID: requestID)
                 } catch {
                     // Finished all the same; only a redelivery to another process would publish again.

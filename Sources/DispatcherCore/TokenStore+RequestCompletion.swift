@@ -6,25 +6,29 @@ extension TokenStore {
     /// - Parameters:
     ///   - requestID: the request id.
     ///   - eventID: the `RequestCompleted` event's id (`FeedbackEventID.requestCompleted`).
+    ///   - status: what the `RequestCompleted` said, `completed` or `cancelled` (read back by the
+    ///     request status, docs/campaigns.md "Request status").
     /// - Throws: `PostgresError`.
-    public func recordCompletion(requestID: String, eventID: String) async throws {
-        try await recordCompletions([(requestID, eventID)])
+    public func recordCompletion(requestID: String, eventID: String, status: CampaignState = .completed) async throws {
+        try await recordCompletions([(requestID, eventID, status)])
     }
 
     /// Records many completions in one statement (`INSERT … SELECT FROM unnest(…)`); see
-    /// `recordCompletion(requestID:eventID:)`. A request id listed twice is recorded once.
-    /// - Parameter completions: (request id, `RequestCompleted` event id) pairs.
+    /// `recordCompletion(requestID:eventID:status:)`. A request id listed twice is recorded once.
+    /// - Parameter completions: (request id, `RequestCompleted` event id, `completed` or `cancelled`).
     /// - Throws: `PostgresError`.
-    public func recordCompletions(_ completions: [(requestID: String, eventID: String)]) async throws {
+    public func recordCompletions(_ completions: [(requestID: String, eventID: String, status: CampaignState)]) async throws {
         guard !completions.isEmpty else { return }
         _ = try await pool.withConnection { connection in
             try await connection.execute(
                 """
-                INSERT INTO request_completions (request_id, event_id)
-                SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT (request_id) DO NOTHING
+                INSERT INTO request_completions (request_id, event_id, status)
+                SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (request_id) DO NOTHING
                 """,
                 [.string(PostgresArrayLiteral.text(completions.map(\.requestID))),
-                 .string(PostgresArrayLiteral.text(completions.map(\.eventID)))], prepared: true)
+                 .string(PostgresArrayLiteral.text(completions.map(\.eventID))),
+                 .string(PostgresArrayLiteral.text(completions.map { $0.status == .cancelled ? "cancelled" : "completed" }))],
+                prepared: true)
         }
     }
 

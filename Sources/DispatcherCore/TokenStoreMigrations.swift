@@ -110,5 +110,13 @@ public enum TokenStoreMigrations {
             """),
         // Campaigns (docs/campaigns.md): defined beside their store.
         CampaignStore.migration,
+        Migration(version: 7, name: "request_completions_status", sql: """
+            -- What a request's RequestCompleted said, for the request status (docs/campaigns.md
+            -- "Request status"): completed, or cancelled by a CancelRequest. Older rows read as completed.
+            ALTER TABLE request_completions ADD COLUMN status text NOT NULL DEFAULT 'completed'
+                CHECK (status IN ('completed', 'cancelled'));
+            """),
+        // Maintenance jobs' leases (docs/token-hygiene.md): defined beside their store.
+        TokenHygieneStore.migration,
     ]
 }

@@ -54,6 +54,7 @@ public enum PushCtl {
         case "follow": try await FollowCommand.run(arguments, settings)
         case "token show": try await TokenCommands.show(arguments, settings)
         case "token list": try await TokenCommands.list(arguments, settings)
+        case "status": try await StatusCommand.run(arguments, settings)
         case "dead-letters list": try await DeadLetterCommands.list(arguments, settings)
         case "dead-letters redrive": try await DeadLetterCommands.redrive(arguments, settings)
         case "sim faults", "sim counters", "sim reset", "sim unregister": try await SimulatorCommands.run(command, arguments, settings)

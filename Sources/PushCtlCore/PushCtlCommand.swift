@@ -167,6 +167,16 @@ public struct PushCtlCommand: Sendable {
             ],
             details: "Reads device_tokens through PUSH_PG_URL (and PUSH_PG_PASSWORD_FILE)."),
         PushCtlCommand(
+            path: ["status"], arguments: "REQUEST_ID",
+            summary: "show where a send request stands (accepted, scheduled, running, completed, cancelled) from PostgreSQL",
+            options: [.flag("json", "print the status as one JSON object"), envFile],
+            details: """
+                Reads the campaigns row, or for an immediate request send_log, request_completions and
+                pending_requests, through PUSH_PG_URL (and PUSH_PG_PASSWORD_FILE); the dispatcher's admin
+                port answers the same at GET /v1/requests/REQUEST_ID. An immediate request is known only
+                once a dispatcher handled its record: until then (and after its retention) it is not found.
+                """),
+        PushCtlCommand(
             path: ["dead-letters", "list"], arguments: "",
             summary: "list dead letters: position, source, error",
             options: [

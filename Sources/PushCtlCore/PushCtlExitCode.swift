@@ -13,7 +13,7 @@ public enum PushCtlExitCode: Int32, Sendable, CaseIterable {
     /// `send --wait`: the request completed, but not every notification was delivered (rejected,
     /// failed or skipped), or the request itself was refused.
     case notAllDelivered = 4
-    /// `token show`: no such token.
+    /// `token show`: no such token; `status`: no such request.
     case notFound = 5
 
     /// One line per status for `--help`.
@@ -26,7 +26,7 @@ public enum PushCtlExitCode: Int32, Sendable, CaseIterable {
                 case .usage: "bad command line (the message names the argument)"
                 case .unavailable: "Kafka, registration service, PostgreSQL or simulator unreachable, or a timeout"
                 case .notAllDelivered: "send --wait: completed, but some notifications were not delivered"
-                case .notFound: "token show: no such token"
+                case .notFound: "token show: no such token; status: no such request"
                 }
             return "  \(code.rawValue)  \(text)"
         }.joined(separator: "\n")

@@ -164,6 +164,13 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     ///
     /// `OUTCOME_REASON_USER_FORGOTTEN = 14`.
     case userForgotten
+    /// TokenInvalidated only: the token had no registration for the dispatcher's configured number of
+    /// days (PUSH_TOKEN_STALE_AFTER_DAYS) and the token-hygiene job deactivated it; Apple was not asked.
+    /// A later registration of the token makes it active again. Not OUTCOME_REASON_STALE, which is about
+    /// a notification held back too long, not about a token.
+    ///
+    /// `OUTCOME_REASON_TOKEN_STALE = 15`.
+    case tokenStale
     /// A number this version of the contract does not name; kept so it round-trips.
     case unrecognized(Int32)
 
@@ -171,7 +178,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     public static let protoEnumName = "push.v1.OutcomeReason"
 
     /// Every named value, in declaration order.
-    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten]
+    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten, .tokenStale]
 
     /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
     public init(rawValue: Int32) {
@@ -191,6 +198,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case 12: self = .stale
         case 13: self = .invalidDeviceToken
         case 14: self = .userForgotten
+        case 15: self = .tokenStale
         default: self = .unrecognized(rawValue)
         }
     }
@@ -213,6 +221,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .stale: 12
         case .invalidDeviceToken: 13
         case .userForgotten: 14
+        case .tokenStale: 15
         case .unrecognized(let number): number
         }
     }
@@ -235,6 +244,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .stale: "OUTCOME_REASON_STALE"
         case .invalidDeviceToken: "OUTCOME_REASON_INVALID_DEVICE_TOKEN"
         case .userForgotten: "OUTCOME_REASON_USER_FORGOTTEN"
+        case .tokenStale: "OUTCOME_REASON_TOKEN_STALE"
         case .unrecognized: nil
         }
     }
@@ -257,6 +267,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case "OUTCOME_REASON_STALE": self = .stale
         case "OUTCOME_REASON_INVALID_DEVICE_TOKEN": self = .invalidDeviceToken
         case "OUTCOME_REASON_USER_FORGOTTEN": self = .userForgotten
+        case "OUTCOME_REASON_TOKEN_STALE": self = .tokenStale
         default: return nil
         }
     }

@@ -55,6 +55,20 @@ do {
     configuration.campaigns = try CampaignSettings.fromEnvironment(env)
     // "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": apps with one try on the other APNs environment after BadDeviceToken.
     configuration.otherEnvironmentRetry = try OtherEnvironmentRetrySettings.fromEnvironment(env)
+    // Token hygiene (docs/token-hygiene.md): stale ageing and inactive-row deletion are off until set.
+    var hygiene = TokenHygieneSettings()
+    if env.string("PUSH_TOKEN_STALE_AFTER_DAYS") != nil {
+        hygiene.staleAfterDays = try env.int("PUSH_TOKEN_STALE_AFTER_DAYS", default: 90, in: 1...36_500)
+    }
+    if env.string("PUSH_TOKEN_DELETE_INACTIVE_AFTER_DAYS") != nil {
+        hygiene.deleteInactiveAfterDays = try env.int("PUSH_TOKEN_DELETE_INACTIVE_AFTER_DAYS", default: 1, in: 1...36_500)
+    }
+    let campaignRetentionDays = try env.int("PUSH_CAMPAIGN_RETENTION_DAYS", default: hygiene.campaignRetentionDays ?? 0, in: 0...36_500)
+    hygiene.campaignRetentionDays = campaignRetentionDays == 0 ? nil : campaignRetentionDays
+    hygiene.interval = try env.milliseconds("PUSH_TOKEN_HYGIENE_INTERVAL_MS", default: hygiene.interval)
+    if hygiene.interval <= .zero { try env.fail("PUSH_TOKEN_HYGIENE_INTERVAL_MS", "must be positive") }
+    hygiene.batchSize = try env.int("PUSH_TOKEN_HYGIENE_BATCH_SIZE", default: hygiene.batchSize, in: 1...100_000)
+    configuration.tokenHygiene = hygiene
 
     // The .p8 key: inline (PUSH_APNS_KEY) or from a file (PUSH_APNS_KEY_FILE).
     let keyVariable = env.string("PUSH_APNS_KEY") != nil ? "PUSH_APNS_KEY" : "PUSH_APNS_KEY_FILE"
@@ -102,7 +116,7 @@ do {
         dispatcher: configuration, apns: apns, tokens: tokens, postgresURL: postgresURL, producer: producer, monitor: monitor)
     settings.postgresPassword = postgresPassword
     settings.databaseCheckInterval = databaseCheckInterval
-    // HTTP/1.1 admin port: /metrics, /healthz, /readyz (README "Admin port").
+    // HTTP/1.1 admin port: /metrics, /healthz, /readyz, GET /v1/requests/<id> (README "Admin port").
     admin = try AdminServer.start(
         environment: env, defaultPort: 9102, readiness: monitor.readiness,
         testHooks: [
@@ -112,6 +126,12 @@ do {
                     return AdminResponse(status: 409, body: "no consumer running\n")
                 }
                 return AdminResponse(status: 200, body: "Kafka poll thread wedged for \(seconds) s\n")
+            },
+        ],
+        asyncRoutes: [
+            AdminEndpoints.AsyncRoute(prefix: RequestStatusEndpoint.pathPrefix) { requestID in
+                let answer = await monitor.requestStatusAnswer(requestID: requestID)
+                return AdminResponse(status: answer.status, contentType: AdminResponse.json, body: answer.body + "\n")
             },
         ])
     logger.info("admin port listening", ["admin_port": "\(admin.port)"])

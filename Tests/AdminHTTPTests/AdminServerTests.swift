@@ -5,7 +5,9 @@ import Synchronization
 import Testing
 
 /// The admin port over real HTTP/1.1 on loopback (libmicrohttpd), spoken to through plain sockets.
-@Suite struct AdminServerTests {
+/// Serialized: several tests block a thread on a socket, and the async routes' answers need the
+/// cooperative threads those would hold.
+@Suite(.serialized) struct AdminServerTests {
     static func endpoints(ready: Bool = true, hooks: [String: @Sendable ((String) -> String?) -> AdminResponse] = [:]) -> AdminEndpoints {
         AdminEndpoints(
             metrics: { "# TYPE push_x_total counter\npush_x_total 3\n" },
@@ -83,10 +85,23 @@ import Testing
         let server = try Self.start(Self.endpoints(), limit: 2)
         defer { server.stop() }
         // Two idle connections take the whole allowance; a third is closed without an answer.
+        // Each descriptor is closed exactly once: a second close could hit a descriptor number the
+        // process reused meanwhile (the server's own socket, when other suites run alongside).
         let first = try HTTP1.connect(port: server.port)
-        defer { close(first) }
-        let second = try HTTP1.connect(port: server.port)
-        defer { close(second) }
+        let second: Int32
+        do {
+            second = try HTTP1.connect(port: server.port)
+        } catch {
+            close(first)
+            throw error
+        }
+        var open = true
+        defer {
+            if open {
+                close(first)
+                close(second)
+            }
+        }
         // Wait until the server accepted both (a request on a third connection gets no answer).
         let deadline = Date().addingTimeInterval(10)
         var refused = false
@@ -97,6 +112,7 @@ import Testing
         #expect(refused)
         close(first)
         close(second)
+        open = false
         // Once they are gone, requests are served again.
         var served = false
         let again = Date().addingTimeInterval(10)
@@ -105,6 +121,113 @@ import Testing
             Thread.sleep(forTimeInterval: 0.05)
         }
         #expect(served)
+    }
+
+    // MARK: Async routes
+
+    /// A gate a handler waits on until the test opens it.
+    final class Gate: Sendable {
+        private let state = Mutex<(open: Bool, entered: Int, waiters: [CheckedContinuation<Void, Never>])>((false, 0, []))
+        var entered: Int { state.withLock { $0.entered } }
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { state in
+                    state.entered += 1
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+        func open() {
+            let waiters = state.withLock { state in
+                state.open = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    static func asyncEndpoints(_ gate: Gate, timeout: Duration = .seconds(10)) -> AdminEndpoints {
+        var result = endpoints()
+        result.asyncRoutes = [
+            .init(prefix: "/v1/things/") { rest in
+                await gate.wait()
+                return AdminResponse(status: rest == "missing" ? 404 : 200, contentType: AdminResponse.json, body: #"{"thing":"\#(rest)"}"#)
+            },
+        ]
+        result.asyncTimeout = timeout
+        return result
+    }
+
+    /// `HTTP1.request` on a thread of its own: the blocking socket never holds a cooperative thread
+    /// that the handler's task needs. The answer may take long when other suites of the process hold
+    /// the cooperative threads: 60 s.
+    static func requestOffPool(_ method: String, _ path: String, port: Int) async throws -> HTTP1.Response {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                do {
+                    continuation.resume(returning: try HTTP1.request(method, path, port: port, timeoutSeconds: 60))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    static func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw HTTP1.Failure(what: "timed out waiting for \(what)") }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    @Test func anAsyncRouteAnswersLaterWhileTheServerKeepsServing() async throws {
+        let gate = Gate()
+        let server = try Self.start(Self.asyncEndpoints(gate))
+        defer { server.stop() }
+        async let waiting = Self.requestOffPool("GET", "/v1/things/a%20b", port: server.port)
+        try await Self.waitUntil("the handler to start") { gate.entered == 1 }
+        // The suspended request holds neither the server's thread nor its answer.
+        #expect(try await Self.requestOffPool("GET", "/metrics", port: server.port).status == 200)
+        #expect(try await Self.requestOffPool("GET", "/readyz", port: server.port).status == 200)
+        gate.open()
+        let answer = try await waiting
+        #expect(answer.status == 200 && answer.headers["content-type"] == "application/json")
+        #expect(answer.body == #"{"thing":"a b"}"#)
+        let missing = try await Self.requestOffPool("GET", "/v1/things/missing", port: server.port)
+        #expect(missing.status == 404 && missing.body == #"{"thing":"missing"}"#)
+        let head = try await Self.requestOffPool("HEAD", "/v1/things/x", port: server.port)
+        #expect(head.status == 200 && head.body.isEmpty)
+        #expect(try await Self.requestOffPool("POST", "/v1/things/x", port: server.port).status == 405)
+        // Several at once, each with its own answer.
+        async let one = Self.requestOffPool("GET", "/v1/things/1", port: server.port)
+        async let two = Self.requestOffPool("GET", "/v1/things/2", port: server.port)
+        #expect(try await [one.body, two.body] == [#"{"thing":"1"}"#, #"{"thing":"2"}"#])
+    }
+
+    @Test func anAsyncRouteWithoutAnAnswerInTimeGets503AndStopDoesNotHang() async throws {
+        let gate = Gate()
+        let server = try Self.start(Self.asyncEndpoints(gate, timeout: .milliseconds(300)))
+        let started = ContinuousClock.now
+        let late = try await Self.requestOffPool("GET", "/v1/things/slow", port: server.port)
+        #expect(late.status == 503 && late.headers["content-type"] == "application/json")
+        #expect(late.body == #"{"error":"unavailable","message":"no answer within 300 ms"}"# + "\n")
+        #expect(ContinuousClock.now - started < .seconds(30))
+        // The server still answers, and stopping with a request suspended neither hangs nor crashes.
+        #expect(try await Self.requestOffPool("GET", "/metrics", port: server.port).status == 200)
+        let waitingServer = try Self.start(Self.asyncEndpoints(gate))
+        async let pending = try? Self.requestOffPool("GET", "/v1/things/stuck", port: waitingServer.port)
+        try await Self.waitUntil("the handler to start") { gate.entered == 2 }
+        let stopping = ContinuousClock.now
+        waitingServer.stop()
+        server.stop()
+        #expect(ContinuousClock.now - stopping < .seconds(30))
+        if let answer = await pending { #expect(answer.status == 503) }
+        gate.open()
     }
 
     @Test func aTakenPortIsAClearError() throws {
@@ -127,10 +250,10 @@ enum HTTP1 {
 
     struct Failure: Error { let what: String }
 
-    static func connect(port: Int) throws -> Int32 {
+    static func connect(port: Int, timeoutSeconds: Int = 5) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(what: "socket") }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -146,8 +269,8 @@ enum HTTP1 {
         return fd
     }
 
-    static func request(_ method: String, _ path: String, port: Int) throws -> Response {
-        let fd = try connect(port: port)
+    static func request(_ method: String, _ path: String, port: Int, timeoutSeconds: Int = 5) throws -> Response {
+        let fd = try connect(port: port, timeoutSeconds: timeoutSeconds)
         defer { close(fd) }
         let text = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
         _ = text.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }

@@ -228,6 +228,6 @@ struct CampaignStoreTests {
         let found = try await store.recordedOutcomes(requestID: "page-read", tokens: ["bb", "cc", "dd"])
         #expect(Set(found.keys) == ["bb", "cc"])
         #expect(try await store.status(requestID: "page-read")?.counts.delivered == 3)
-        #expect(try await store.status(requestID: "page-read")?.status == "seen")
+        #expect(try await store.status(requestID: "page-read")?.status == "running")
     }
 }

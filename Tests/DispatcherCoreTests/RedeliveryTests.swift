@@ -114,7 +114,7 @@ struct RequestCompletionStoreTests {
         #expect(try await store.completedRequests(["r1", "r2", "r1"]) == ["r1"])
         #expect(try await store.completedRequests([]).isEmpty)
         // Many in one statement; one already recorded and one listed twice are recorded once.
-        try await store.recordCompletions([("r1", "other"), ("r2", "e2"), ("r3", "e3"), ("r3", "e3")])
+        try await store.recordCompletions([("r1", "other", .completed), ("r2", "e2", .cancelled), ("r3", "e3", .completed), ("r3", "e3", .completed)])
         #expect(try await store.completedRequests(["r1", "r2", "r3", "r4"]) == ["r1", "r2", "r3"])
         let kept = try await pool.query("SELECT event_id FROM request_completions WHERE request_id = 'r1'")
         #expect(try kept.compactMap { try $0.string("event_id") } == [FeedbackEventID.requestCompleted(requestID: "r1")])

@@ -46,6 +46,8 @@ def test_dispatcher_good_configuration_prints_effective_values_with_secrets_mask
     assert "configuration OK" in out
     assert "custom.feedback" in out and "PUSH_TOPIC_DEAD_LETTER" in out and "push.dead-letter.v1  (default)" in out
     assert "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS" in out and "1000  (default)" in out
+    # Token hygiene: off until set, campaigns kept 30 days.
+    assert "PUSH_TOKEN_STALE_AFTER_DAYS" in out and "PUSH_CAMPAIGN_RETENTION_DAYS" in out and "30  (default)" in out
     assert "inline-secret" not in out and "postgresql://push:********@db.example:5432/push" in out
     password = (credentials / "pg-push-password").read_text().strip()
     assert password not in out
@@ -64,6 +66,9 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
         "PUSH_KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
         "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY": "1",
         "PUSH_PG_PASSWORD_FILE": "/nonexistent/pw",
+        "PUSH_TOKEN_STALE_AFTER_DAYS": "0",
+        "PUSH_CAMPAIGN_RETENTION_DAYS": "forever",
+        "PUSH_TOKEN_HYGIENE_INTERVAL_MS": "0",
         "PUSH_TYPO_SETTING": "x",
         "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": "com.example.ok,com.example app",
     }
@@ -76,6 +81,7 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
         "PUSH_KAFKA_SASL_MECHANISM", "PUSH_KAFKA_SASL_USERNAME", "PUSH_KAFKA_SASL_PASSWORD_FILE",
         "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY", "PUSH_PG_PASSWORD_FILE", "PUSH_APNS_TEAM_ID",
         "PUSH_APNS_OTHER_ENVIRONMENT_RETRY",
+        "PUSH_TOKEN_STALE_AFTER_DAYS", "PUSH_CAMPAIGN_RETENTION_DAYS", "PUSH_TOKEN_HYGIENE_INTERVAL_MS",
     ]
     for name in bad:
         assert f"error: {name}:" in done.stdout, f"{name} not named:\n{done.stdout}"
