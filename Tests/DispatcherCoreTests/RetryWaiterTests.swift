@@ -40,9 +40,9 @@ struct RetryWaiterTests {
         // While it waits, another notification takes the only permit.
         try await Self.eventually { budget.availablePermits == 1 }
         try await budget.acquire()
-        try await Task.sleep(for: .milliseconds(400))
-        // The timer fired, but the waiter queues behind the other notification's permit.
-        #expect(budget.queuedWaiters == 1)
+        // The timer fires (300 ms), and the waiter queues behind the other notification's permit.
+        try await Self.eventually { budget.queuedWaiters == 1 }
+        #expect(budget.availablePermits == 0)
         budget.release()
         try await waiting.value
         #expect(budget.availablePermits == 0)
