@@ -30,6 +30,8 @@ import ServiceCore
 ///   "body_bytes":<n>,"status":<int>|null,"reason"?,"timestamp"?,"apns_id"?,"fault"?:"unanswered"|
 ///   "dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
 ///   oldest first, at most `recordLimit`. `jwt` is decoded from `authorization`, not verified.
+///   Query parameters narrow it (``RecordQuery``): `?device_token=<hex>`, `since_ms=<ms>` (simulator
+///   clock), `limit=<n>` (the newest n); an unknown parameter or a bad value is a 400 naming it.
 /// - `GET /admin/counters` → `{"counters":{"200":n,"400 BadDeviceToken":n,"unanswered":n,"dropped":n,
 ///   "goaway":n,…},"total":<requests>}`. `unanswered` and `dropped` count requests left without an
 ///   answer (and admin drops); `goaway` counts GOAWAYs sent by faults or the admin API.

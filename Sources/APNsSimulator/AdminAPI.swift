@@ -9,11 +9,13 @@ struct AdminAPI: Sendable {
     let state: SimulatorState
 
     func handle(_ request: HTTP2ServerRequest) -> HTTP2ServerResponse {
-        let route = request.path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.path
+        let pathAndQuery = request.path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let route = pathAndQuery.first.map(String.init) ?? request.path
         do {
             switch (request.method, route) {
             case ("GET", "/admin/requests"):
-                return ok(["requests": state.recorder.records().map(\.jsonObject)])
+                let query = try RecordQuery(query: pathAndQuery.count == 2 ? pathAndQuery[1] : nil)
+                return ok(["requests": query.apply(to: state.recorder.records()).map(\.jsonObject)])
             case ("GET", "/admin/counters"):
                 let (counters, total) = state.recorder.counters()
                 return ok(["counters": counters, "total": total])

@@ -49,6 +49,35 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         }
     }
 
+    @Test func recordQueryParsesAndNamesWhatIsWrong() throws {
+        #expect(try RecordQuery(query: nil) == RecordQuery())
+        #expect(try RecordQuery(query: "") == RecordQuery())
+        #expect(try RecordQuery(query: "device_token=ABcd&since_ms=17&limit=3")
+            == RecordQuery(deviceToken: "abcd", sinceMilliseconds: 17, limit: 3))
+        for (query, named) in [("limit=0", "limit"), ("limit=x", "limit"), ("since_ms=-1", "since_ms"),
+                               ("device_token=", "device_token"), ("device_token=zz", "device_token"),
+                               ("limit=1&limit=2", "limit"), ("token=ab", "token")] {
+            #expect {
+                _ = try RecordQuery(query: Substring(query))
+            } throws: { error in
+                (error as? APNsSimulatorError)?.message.contains(named) == true
+            }
+        }
+    }
+
+    @Test func recordQueryKeepsTheNewestMatchesOldestFirst() {
+        func record(_ token: String, at ms: Int64) -> APNsSimulatorRecord {
+            APNsSimulatorRecord(environment: .sandbox, connectionID: 1, streamID: 1, receivedAtMilliseconds: ms, method: "POST",
+                                path: "/3/device/\(token)", headers: [], body: [])
+        }
+        let records = [record("aa", at: 1), record("bb", at: 2), record("aa", at: 3), record("aa", at: 4)]
+        #expect(RecordQuery(deviceToken: "aa").apply(to: records).map(\.receivedAtMilliseconds) == [1, 3, 4])
+        #expect(RecordQuery(deviceToken: "aa", limit: 2).apply(to: records).map(\.receivedAtMilliseconds) == [3, 4])
+        #expect(RecordQuery(sinceMilliseconds: 2).apply(to: records).map(\.receivedAtMilliseconds) == [2, 3, 4])
+        #expect(RecordQuery(limit: 10).apply(to: records).count == 4)
+        #expect(RecordQuery(deviceToken: "a").apply(to: records).isEmpty, "a prefix of a token is not the token")
+    }
+
     @Test func topicRules() {
         #expect(SimulatorState.isWellFormedTopic("com.example.app-1_x"))
         for bad in ["", "com example", "com/example", ".com.example", "com.example.", "ünïcode"] {

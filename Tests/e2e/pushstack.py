@@ -357,6 +357,16 @@ def simulator_admin(path: str, method: str = "GET", body: dict | None = None, ti
         return response.json() if response.content else None
 
 
+def simulator_requests(device_token: str | None = None, since_ms: int | None = None, limit: int | None = None,
+                       timeout: float = 30) -> list[dict]:
+    """What the simulator received (`GET /admin/requests`), oldest first, narrowed on the simulator's
+    side to one token, to requests since `since_ms` (its clock) and to the newest `limit`: the whole
+    ring is thousands of records, seconds of JSON for a debug build on a loaded machine."""
+    query = "&".join(f"{name}={value}" for name, value in
+                     (("device_token", device_token), ("since_ms", since_ms), ("limit", limit)) if value is not None)
+    return simulator_admin("/admin/requests" + (f"?{query}" if query else ""), timeout=timeout)["requests"]
+
+
 def wait_for(predicate, what: str = "condition", timeout: float = 30.0, interval: float = 0.2):
     """Polls predicate() until it returns something truthy (returned) or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout

@@ -90,9 +90,9 @@ def test_a_second_sigterm_during_the_drain_exits_at_once_without_committing(slow
     try:
         # Apple stops answering: the notifications in flight cannot finish, so the drain would last.
         stack.simulator_admin("/admin/faults", "PUT", {"unanswered_share": 1.0})
+        sent_at = stack.simulator_admin("/admin/clock")["now_ms"]
         stack.send_request(user_request(request_id, user), partition=partition)
-        wait_for(lambda: len([r for r in stack.simulator_admin("/admin/requests")["requests"]
-                              if r["path"].startswith("/3/device/")]) > 0, what="pushes reaching the simulator")
+        wait_for(lambda: stack.simulator_requests(since_ms=sent_at, limit=1), what="pushes reaching the simulator")
         os.kill(dispatcher.pid, signal.SIGTERM)
         wait_for(lambda: "dispatcher stopping" in dispatcher.log.read_text(errors="replace").split("dispatcher ready")[-1],
                  what="graceful shutdown to start")
@@ -220,8 +220,7 @@ def test_a_throttled_device_does_not_delay_other_tokens_of_its_partition():
         stack.send_request(token_request(first, throttled), partition=partition)
         stack.delivery_report(reader, first)
         stack.send_request(token_request(second, throttled), partition=partition)
-        wait_for(lambda: len([r for r in stack.simulator_admin("/admin/requests")["requests"]
-                              if r["path"] == f"/3/device/{throttled}"]) >= 2, what="the throttled push reaching the simulator")
+        wait_for(lambda: len(stack.simulator_requests(throttled)) >= 2, what="the throttled push reaching the simulator")
         started = time.monotonic()
         stack.send_request(token_request(third, other), partition=partition)
         records = reader.read_until(report_of(third), timeout=10)

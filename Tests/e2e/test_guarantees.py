@@ -22,7 +22,7 @@ def alert(request_id: str, token: str, opt_out: bool = False, push_type: str = "
 
 
 def pushes_to(token: str) -> list[dict]:
-    return [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+    return stack.simulator_requests(token)
 
 
 def collapse_header(record: dict) -> str | None:

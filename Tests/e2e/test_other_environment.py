@@ -84,7 +84,7 @@ def send_to_user(user: str, bundle: str, environment: str | None = None):
 def simulator_tries(token: str) -> list[tuple[str, int, str]]:
     """What the simulator answered for `token`: (environment, status, reason) per request, in order."""
     return [(r["environment"], r["status"], r.get("reason", ""))
-            for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+            for r in stack.simulator_requests(token)]
 
 
 def row(token: str) -> list[list[str]]:

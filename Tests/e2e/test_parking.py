@@ -17,12 +17,6 @@ from test_walking_skeleton import token_request
 CAP = 5
 
 
-def simulator_requests() -> list[dict]:
-    """What the simulator received (its ring holds the last 10,000 pushes with their bodies: slow to
-    render on a loaded machine, hence a longer timeout than `stack.simulator_admin`)."""
-    return stack.simulator_admin("/admin/requests", timeout=120)["requests"]
-
-
 def restart_stack_dispatcher(overrides: dict[str, str]) -> tuple[Dispatcher, list[str], dict[str, str]]:
     """Stops the stack's dispatcher gracefully and starts one with `overrides` in its environment."""
     original = Dispatcher.stack()
@@ -106,8 +100,8 @@ def test_past_the_uncommitted_cap_waiting_retries_are_parked_and_delivered_once_
     assert sorted(c.request_id for c in completed) == sorted(requests), "not exactly one RequestCompleted per request"
     assert all((c.total, c.delivered, c.status) == (1, 1, feedback.RequestStatus.Value("REQUEST_STATUS_COMPLETED")) for c in completed)
     # Apple accepted each token exactly once.
-    accepted = collections.Counter(r["path"].removeprefix("/3/device/") for r in simulator_requests()
-                                   if r["status"] == 200 and r["path"].removeprefix("/3/device/") in set(requests.values()))
+    accepted = collections.Counter(token for token in set(requests.values())
+                                   for r in stack.simulator_requests(token) if r["status"] == 200)
     assert accepted == collections.Counter(requests.values())
     left = stack.psql(f"SELECT (SELECT count(*) FROM pending_retries WHERE request_id LIKE '{prefix}-%'),"
                       f" (SELECT count(*) FROM pending_requests WHERE request_id LIKE '{prefix}-%')")
@@ -135,8 +129,7 @@ def test_a_burst_to_a_throttled_device_holds_no_slot_of_its_partition():
         for n in range(10):
             stack.send_request(token_request(f"{prefix}-{n}", throttled), partition=partition)
         # Every slot's request has reached Apple and been refused at least once.
-        stack.wait_for(lambda: len([r for r in simulator_requests()
-                                    if r["path"] == f"/3/device/{throttled}" and r["status"] == 429]) >= 4,
+        stack.wait_for(lambda: len([r for r in stack.simulator_requests(throttled) if r["status"] == 429]) >= 4,
                        what="the throttled requests answered 429", timeout=60)
         started = time.monotonic()
         stack.send_request(token_request(f"{prefix}-other", other), partition=partition)

@@ -76,8 +76,7 @@ def test_registered_tokens_of_a_user_receive_a_push_and_reports_arrive():
     assert len(completed) == 1
     assert (completed[0].total, completed[0].delivered) == (2, 2)
 
-    received = stack.simulator_admin("/admin/requests")["requests"]
-    mine = [r for r in received if r["path"].removeprefix("/3/device/") in tokens]
+    mine = [r for token in tokens for r in stack.simulator_requests(token)]
     assert sorted(r["path"] for r in mine) == sorted(f"/3/device/{t}" for t in tokens)
     public_key = (stack.VAR_DIR / "credentials" / "apns-key.pub.pem").read_text()
     env = stack.stack_env()
@@ -192,7 +191,7 @@ def test_json_send_request_to_an_explicit_token_is_delivered_byte_for_byte():
         reader.close()
     assert report.outcome == stack.pb("feedback_pb2").DeliveryOutcome.Value("DELIVERED")
     assert report.environment == stack.pb("common_pb2").Environment.Value("SANDBOX")
-    received = [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+    received = stack.simulator_requests(token)
     assert len(received) == 1
     headers = {k: v for k, v in received[0]["headers"]}
     assert received[0]["environment"] == "sandbox"
@@ -291,7 +290,7 @@ def test_a_notification_whose_expiration_passed_is_not_sent():
     assert report.outcome_reason == feedback.OutcomeReason.Value("OUTCOME_REASON_EXPIRED")
     assert (report.apns_reason, report.attempts, report.http_status) == ("", 0, 0)
     assert report.event_id == feedback_event_id(f"delivery-report\n{request_id}\n{token}")
-    assert not [r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]
+    assert not stack.simulator_requests(token)
 
 
 def token_request(request_id: str, token: str):
@@ -309,8 +308,7 @@ def test_a_stuck_request_holds_back_only_its_own_partition():
     try:
         stack.simulator_admin("/admin/faults", "PUT", {"unanswered_share": 1.0})
         stack.send_request(token_request(stuck_id, stuck_token), partition=0)
-        wait_for(lambda: [r for r in stack.simulator_admin("/admin/requests")["requests"]
-                          if r["path"] == f"/3/device/{stuck_token}"], what="the stuck push reaching the simulator")
+        wait_for(lambda: stack.simulator_requests(stuck_token), what="the stuck push reaching the simulator")
         stack.simulator_admin("/admin/faults", "PUT", {})
         stack.send_request(token_request(free_id, free_token), partition=1)
 
@@ -373,4 +371,4 @@ def test_a_finished_request_delivered_again_publishes_and_sends_nothing_and_its_
     # The producer's trace is on every feedback event of the request.
     assert {e.trace_parent for e in done + reports} == {trace_parent}
     # Sent once.
-    assert len([r for r in stack.simulator_admin("/admin/requests")["requests"] if r["path"] == f"/3/device/{token}"]) == 1
+    assert len(stack.simulator_requests(token)) == 1
