@@ -575,12 +575,9 @@ public final class Dispatcher: Sendable {
     /// repeats the same ids).
     private func announceForgotten(_ forgotten: [TokenEventsApplied.ForgottenToken]) async throws {
         for row in forgotten {
-            var invalidated = TokenInvalidated()
-            invalidated.deviceToken = row.deviceToken
-            invalidated.bundleID = row.bundleID
-            invalidated.environment = row.environment == "sandbox" ? .sandbox : .production
-            invalidated.userID = row.userID
-            invalidated.installationID = row.installationID
+            var invalidated = TokenInvalidated(
+                deviceToken: row.deviceToken, bundleID: row.bundleID, environment: Environment(storedName: row.environment),
+                userID: row.userID, installationID: row.installationID)
             invalidated.outcomeReason = .userForgotten
             let id = FeedbackEventID.tokenInvalidated(deviceToken: row.deviceToken, apnsTimestampMs: row.eventTimeMs, requestID: "user-forgotten")
             try await feedback.publish(feedback.event(id: id, .tokenInvalidated(invalidated)), key: row.deviceToken)

@@ -532,12 +532,9 @@ public final class SendRequestProcessor: Sendable {
             token: token, reason: response.reason?.rawValue ?? "HTTP \(response.status)",
             invalidatedAtMs: invalidatedAt, nowMs: now)
         else { return }
-        var invalidated = TokenInvalidated()
-        invalidated.deviceToken = row.deviceToken
-        invalidated.bundleID = row.bundleID
-        invalidated.environment = Environment(row.environment)
-        invalidated.userID = row.userID
-        invalidated.installationID = row.installationID
+        var invalidated = TokenInvalidated(
+            deviceToken: row.deviceToken, bundleID: row.bundleID, environment: Environment(row.environment),
+            userID: row.userID, installationID: row.installationID)
         invalidated.apnsReason = response.reason?.rawValue ?? ""
         invalidated.apnsTimestampMs = response.timestampMilliseconds ?? 0
         invalidated.requestID = report.requestID

@@ -202,12 +202,9 @@ public final class TokenHygieneRunner: Sendable {
     private func announce(_ tokens: [TokenHygieneStore.StaleToken]) async throws {
         try await withThrowingDiscardingTaskGroup { group in
             for token in tokens {
-                var invalidated = TokenInvalidated()
-                invalidated.deviceToken = token.deviceToken
-                invalidated.bundleID = token.bundleID
-                invalidated.environment = token.environment == "sandbox" ? .sandbox : .production
-                invalidated.userID = token.userID
-                invalidated.installationID = token.installationID
+                var invalidated = TokenInvalidated(
+                    deviceToken: token.deviceToken, bundleID: token.bundleID, environment: Environment(storedName: token.environment),
+                    userID: token.userID, installationID: token.installationID)
                 invalidated.outcomeReason = .tokenStale
                 let id = FeedbackEventID.tokenInvalidated(deviceToken: token.deviceToken, apnsTimestampMs: token.registeredAtMs, requestID: "token-stale")
                 let event = feedback.event(id: id, .tokenInvalidated(invalidated))
