@@ -10,6 +10,13 @@ the campaigns (goal < 300 MB; each run's campaign goes before its fan-out, whose
 otherwise be counted), with the load average. When the dispatcher runs with a campaign
 rate limit for the bench's app (PUSH_CAMPAIGN_RATE_LIMITS=com.example.benchcampaign=5000), the
 campaign rate is also compared with it (goal within 5%).
+
+Then the lanes figure (BENCH_LANE=0 skips it): single-user requests of another app paced at
+BENCH_LANE_RATE (100)/s for BENCH_LANE_SECS (15) s, p99 from created_at_ms to the RequestCompleted seen,
+first with no campaign running, then while a campaign of the last size runs (cancelled once the paced
+load ends, so a large audience need not finish). Goal: p99 with the campaign ≤ 2 × p99 without. The
+issue's setting for it is a campaign rate-limited to half its unthrottled rate: run once without a
+limit, then restart the stack's dispatcher with PUSH_CAMPAIGN_RATE_LIMITS=com.example.benchcampaign=<half>.
 """
 from __future__ import annotations
 
@@ -22,9 +29,35 @@ import benchlib as B  # noqa: E402
 from benchlib import BenchError, out  # noqa: E402
 
 BUNDLE = "com.example.benchcampaign"
+LANE_BUNDLE = "com.example.benchlane"
 PAYLOAD = '{"aps":{"alert":"bench"}}'
 GOAL_RATIO = 0.9
 GOAL_RSS_KIB = 300 * 1024
+GOAL_LANE_P99 = 2.0
+CANCEL_CONTENT_TYPE = b"application/x-protobuf; message=push.v1.CancelRequest"
+
+
+def paced_p99(producer, reader, send_pb, notification, users: list[str], rate: int, secs: int, tag: str) -> tuple[float, float, float]:
+    """Single-user requests to `users` in turn, `rate` per second for `secs` seconds; the p50, p99 and
+    achieved rate of created_at_ms → RequestCompleted seen."""
+    n = rate * secs
+    ids = [f"{tag}-{k}" for k in range(n)]
+    created: dict[str, int] = {}
+    t0 = time.perf_counter()
+    for k, request_id in enumerate(ids):
+        target = t0 + k / rate
+        while (now := time.perf_counter()) < target:
+            producer.poll(min(0.001, target - now))
+        created[request_id] = int(time.time() * 1000)
+        request = send_pb.SendRequest(request_id=request_id, notification=notification, created_at_ms=created[request_id],
+                                      user_ids=send_pb.UserIds(user_ids=[users[k % len(users)]]))
+        producer.produce(B.SEND_REQUESTS, request_id.encode(), request.SerializeToString(), B.SEND_REQUEST_CONTENT_TYPE)
+        producer.poll(0)
+    achieved = n / (time.perf_counter() - t0)
+    producer.flush(f"lane requests {tag}")
+    got = reader.wait(ids, B.deadline_for(n), f"paced lane requests ({tag})")
+    values = sorted(seen - created[i] for i, (seen, _) in zip(ids, got))
+    return B.percentile(values, 0.5), B.percentile(values, 0.99), achieved
 
 
 def main() -> int:
@@ -98,6 +131,8 @@ def main() -> int:
                          f" {100 * (c / limit - 1):+.1f}% (goal within 5%) {'PASS' if abs(c / limit - 1) <= 0.05 else 'MISS'}")
             summary.append(line)
             out(line)
+        if sizes and os.environ.get("BENCH_LANE", "1") != "0":
+            summary.append(lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix, sizes[-1], limit))
         out()
         for line in summary:
             out(line)
@@ -109,8 +144,54 @@ def main() -> int:
         reader.close()
         sampler.close()
         if os.environ.get("BENCH_KEEP") != "1":
-            pg.run(f"DELETE FROM device_tokens WHERE bundle_id = '{BUNDLE}'; DELETE FROM send_log WHERE request_id LIKE '{prefix}%';"
+            pg.run(f"DELETE FROM device_tokens WHERE bundle_id IN ('{BUNDLE}', '{LANE_BUNDLE}'); DELETE FROM send_log WHERE request_id LIKE '{prefix}%';"
                    f" DELETE FROM campaigns WHERE request_id LIKE '{prefix}%';", timeout=600)
+
+
+def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: str, size: int, limit: float) -> str:
+    """The paced single-user p99 without and with a campaign of `size` running (the audience seeded by
+    the last size of the main loop); the campaign is cancelled when the paced load ends."""
+    rate, secs = B.env_int("BENCH_LANE_RATE", 100), B.env_int("BENCH_LANE_SECS", 15)
+    users = [f"{prefix}lane-{k}" for k in range(rate)]
+    pg.run(f"""
+        INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id, status,
+                                   last_event_at_ms, registered_at_ms)
+        SELECT '{prefix[7:15]}' || lpad(to_hex(i), 56, 'f'), '{LANE_BUNDLE}', 'sandbox', 'standard',
+               '{prefix}lane-' || i, 'active', 1, 1
+          FROM generate_series(0, {rate - 1}) AS i;""", timeout=120)
+    lane_notification = send_pb.Notification()
+    lane_notification.CopyFrom(notification)
+    lane_notification.bundle_id = LANE_BUNDLE
+    out(f"lanes: single-user requests of {LANE_BUNDLE} paced at {rate}/s for {secs} s, without and with a campaign "
+        f"of {size:,} tokens (campaign limit: {f'{limit:,.0f}/s' if limit else 'none'}) | loadavg {B.loadavg()}")
+    alone50, alone99, alone_rate = paced_p99(producer, reader, send_pb, lane_notification, users, rate, secs, f"{prefix}lane-alone")
+    out(f"  without a campaign: {alone_rate:,.0f}/s, p50 {alone50:,.0f} ms, p99 {alone99:,.0f} ms | loadavg {B.loadavg()}")
+    campaign_id = f"{prefix}lane-campaign"
+    request = send_pb.SendRequest(request_id=campaign_id, notification=notification, created_at_ms=int(time.time() * 1000),
+                                  audience=send_pb.AppAudience(environment=common_pb.Environment.Value("SANDBOX")))
+    producer.produce(B.SEND_REQUESTS, campaign_id.encode(), request.SerializeToString(), B.SEND_REQUEST_CONTENT_TYPE)
+    producer.flush("lane campaign")
+    # Wait for the campaign to be sending before the paced load starts.
+    deadline = time.monotonic() + 60
+    while int(pg.scalar(f"SELECT count(*) FROM send_log WHERE request_id = '{campaign_id}'") or 0) == 0:
+        if time.monotonic() > deadline:
+            raise BenchError(f"lanes: the campaign {campaign_id} sent nothing within 60 s")
+        time.sleep(0.1)
+    with50, with99, with_rate = paced_p99(producer, reader, send_pb, lane_notification, users, rate, secs, f"{prefix}lane-with")
+    sent = int(pg.scalar(f"SELECT count(*) FROM send_log WHERE request_id = '{campaign_id}'") or 0)
+    cancel = send_pb.CancelRequest(request_id=campaign_id, reason="bench_done", requested_at_ms=int(time.time() * 1000))
+    producer.produce(B.SEND_REQUESTS, campaign_id.encode(), cancel.SerializeToString(), CANCEL_CONTENT_TYPE)
+    producer.flush("lane campaign cancel")
+    (_, completed), = reader.wait([campaign_id], B.deadline_for(size), "the lane campaign's RequestCompleted")
+    out(f"  with the campaign: {with_rate:,.0f}/s, p50 {with50:,.0f} ms, p99 {with99:,.0f} ms; the campaign had sent "
+        f"{sent:,} when the paced load ended, then was cancelled ({completed.total:,} total, {completed.delivered:,} delivered, "
+        f"{completed.skipped:,} skipped) | loadavg {B.loadavg()}")
+    ratio = with99 / alone99 if alone99 else float("inf")
+    line = (f"lanes: paced single-user p99 {with99:,.0f} ms with the campaign vs {alone99:,.0f} ms without: {ratio:.2f}×"
+            f" (goal ≤ {GOAL_LANE_P99:g}×) {'PASS' if ratio <= GOAL_LANE_P99 else 'MISS'}"
+            f" (campaign limit: {f'{limit:,.0f}/s' if limit else 'none'})")
+    out(line)
+    return line
 
 
 if __name__ == "__main__":
