@@ -398,6 +398,7 @@ final class ServerCore: SessionCore, @unchecked Sendable {
     /// streams, else once they finished; a peer that does not read gets its socket closed after 2 s.
     func terminate() {
         shared.markClosing(self)
+        lingersOnGracefulClose = false
         switch phase {
         case .connecting, .handshaking:
             closeConnection(HTTP2Error(.connectionClosed, "closed by the server before the handshake completed"), graceful: false)

@@ -19,6 +19,13 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
     private var writeInterest = false
     private var flushScheduled = false
     private var readWantsWrite = false
+    /// Set while a graceful close lingers: the socket's sending side is shut, its reads are dropped.
+    private var lingerTimer: TimerToken?
+    /// How long a graceful close keeps reading before it closes the socket anyway.
+    static let lingerTimeout: Duration = .seconds(2)
+    /// Whether a graceful close lingers; a server turns it off for connections it ends itself (idle,
+    /// evicted, shutting down), so a flood of idle peers cannot hold descriptors past the limits.
+    var lingersOnGracefulClose = true
     /// Scratch storage to build header blocks without allocating per call.
     private var nvBytes: [UInt8] = []
     private var nvArray: [nghttp2_nv] = []
@@ -109,7 +116,7 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
                 scheduleFlush()
             }
         case .closed:
-            break
+            if readable, lingerTimer != nil, transport.discardIncoming(into: loop.readBuffer) { finishLinger() }
         }
     }
 
@@ -221,17 +228,38 @@ class SessionCore: EventLoopHandler, @unchecked Sendable {
 
     /// Closes the socket and ends the session. Safe to call from inside nghttp2 callbacks: the session
     /// is freed later in the loop iteration.
+    ///
+    /// A graceful close lingers (RFC 9112 §9.6, "the TCP reset problem"): closing a socket whose receive
+    /// buffer holds unread bytes makes the kernel answer with RST, and a RST can destroy the last frames
+    /// sent (responses, the GOAWAY) before the peer read them; a client that then loses answers to
+    /// streams at or below the GOAWAY's last-stream-id must send those again. So the sending side is
+    /// shut first (close_notify, FIN), and the socket is read and its bytes dropped until the peer
+    /// closes too or `lingerTimeout` passes.
     func closeConnection(_ error: HTTP2Error?, graceful: Bool) {
         guard phase != .closed else { return }
         phase = .closed
-        loop.deregister(fd: transport.fd)
-        if graceful { transport.closeGracefully() } else { transport.closeNow() }
+        if graceful, lingersOnGracefulClose, transport.shutdownSending() {
+            setWriteInterest(false)
+            lingerTimer = loop.schedule(after: Self.lingerTimeout) { [weak self] in self?.finishLinger() }
+        } else {
+            loop.deregister(fd: transport.fd)
+            transport.closeNow()
+        }
         connectionDidClose(error)
         if let session {
             self.session = nil
             let box = SessionBox(session)
             loop.defer_ { nghttp2_session_del(box.session) }
         }
+    }
+
+    /// Ends a lingering close: the socket is closed and leaves the loop.
+    private func finishLinger() {
+        guard let timer = lingerTimer else { return }
+        timer.cancel()
+        lingerTimer = nil
+        loop.deregister(fd: transport.fd)
+        transport.closeNow()
     }
 
     // MARK: Helpers for subclasses

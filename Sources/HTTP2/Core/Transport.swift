@@ -71,14 +71,32 @@ final class Transport {
         close(fd)
     }
 
-    /// Sends TLS close_notify (best effort), then closes the socket.
-    func closeGracefully() {
-        guard !isClosed else { return }
+    /// Sends TLS close_notify (best effort) and ends the sending side (FIN) while the socket stays open
+    /// for reading: the first half of a lingering close (`SessionCore.closeConnection`). False when
+    /// the socket is closed already or `shutdown(2)` failed (the caller then closes at once).
+    func shutdownSending() -> Bool {
+        guard !isClosed else { return false }
         if let ssl {
             ERR_clear_error()
             _ = SSL_shutdown(ssl)
         }
-        closeNow()
+        return shutdown(fd, Int32(SHUT_WR)) == 0
+    }
+
+    /// Reads and drops whatever the peer sent, as raw bytes (TLS is over once close_notify went out).
+    /// Returns true when the peer closed its side or the socket failed, false when nothing more is
+    /// readable for now.
+    func discardIncoming(into buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        while true {
+            let count = recv(fd, buffer.baseAddress, buffer.count, 0)
+            if count > 0 { continue }
+            if count == 0 { return true }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK: return false
+            default: return true
+            }
+        }
     }
 
     func handshake() -> HandshakeResult {
