@@ -1,3 +1,4 @@
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,5 +28,36 @@ public enum MallocArenas {
         #else
         return nil
         #endif
+    }
+
+    /// Gives free memory at the top of the heap and in the arenas' free lists back to the system
+    /// (glibc's `malloc_trim(0)`). After a large request the freed memory stays resident until then:
+    /// the process's RSS keeps the peak of its largest request, and each later peak starts from
+    /// there. Blocking (it walks every arena under its lock, milliseconds for a few hundred MB): call
+    /// it from a thread of its own, as `startTrimming` does.
+    /// - Returns: true when memory was returned, false when there was none (or not on glibc).
+    @discardableResult
+    public static func trim() -> Bool {
+        #if canImport(Glibc)
+        typealias MallocTrim = @convention(c) (Int) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return false }
+        return unsafeBitCast(symbol, to: MallocTrim.self)(0) == 1
+        #else
+        return false
+        #endif
+    }
+
+    /// Starts a thread that calls `trim()` every `interval` for the rest of the process (a blocking
+    /// C call: not on the cooperative pool). `interval` must be positive.
+    public static func startTrimming(every interval: Duration) {
+        let microseconds = UInt32(clamping: interval.components.seconds * 1_000_000 + interval.components.attoseconds / 1_000_000_000_000)
+        let thread = Thread {
+            while true {
+                usleep(max(microseconds, 1_000))
+                trim()
+            }
+        }
+        thread.name = "malloc-trim"
+        thread.start()
     }
 }

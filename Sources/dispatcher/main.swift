@@ -104,12 +104,15 @@ do {
     producer.additionalProperties = kafkaSecurity.properties
     let databaseCheckInterval = try env.milliseconds("PUSH_PG_CHECK_INTERVAL_MS", default: .seconds(5))
     let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
+    // Freed memory back to the system every so often (README "Operations", memory); 0 turns it off.
+    let trimInterval = try env.milliseconds("PUSH_MALLOC_TRIM_INTERVAL_MS", default: .seconds(10))
     if checking {
         print(env.checkReport(program: "dispatcher"))
         exit(env.checkExitStatus)
     }
     guard let signingKey else { throw EnvironmentConfig.Error(variable: keyVariable, problem: "no signing key") }
     for warning in env.warnings { logger.warning("configuration: \(warning.variable): \(warning.problem)") }
+    if trimInterval > .zero { MallocArenas.startTrimming(every: trimInterval) }
     let tokens = APNsProviderTokenCache(signingKey: signingKey, keyID: keyID, teamID: teamID)
     let monitor = DispatcherMonitor()
     var settings = DispatcherService.Settings(

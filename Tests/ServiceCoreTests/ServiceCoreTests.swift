@@ -72,4 +72,30 @@ import Testing
         #expect(MallocArenas.limitUnlessConfigured(environment: ["MALLOC_ARENA_MAX": "8"]) == nil)
         #expect(MallocArenas.limitUnlessConfigured(environment: [:]) == MallocArenas.defaultLimit)
     }
+
+    @Test func trimGivesFreedMemoryBackToTheSystem() throws {
+        func residentKiB() throws -> Int {
+            let statm = try String(contentsOfFile: "/proc/self/statm", encoding: .utf8).split(separator: " ")
+            return Int(statm[1])! * Int(sysconf(Int32(_SC_PAGESIZE))) / 1024
+        }
+        // 200 MB in 4 KiB blocks (below the mmap threshold: they come from the heap and stay resident
+        // when freed), touched so they are resident; then freed.
+        var blocks: [UnsafeMutableRawPointer] = []
+        for _ in 0..<51_200 {
+            let block = malloc(4_096)!
+            memset(block, 1, 4_096)
+            blocks.append(block)
+        }
+        // A block above them keeps free(3) from shrinking the heap's top by itself.
+        let pin = malloc(4_096)!
+        defer { free(pin) }
+        let full = try residentKiB()
+        for block in blocks { free(block) }
+        blocks.removeAll()
+        let freed = try residentKiB()
+        #expect(MallocArenas.trim(), "malloc_trim released nothing")
+        let trimmed = try residentKiB()
+        #expect(full - freed < 50_000, "free(3) alone gave back \(full - freed) KiB: the pin did not hold the heap")
+        #expect(freed - trimmed > 100_000, "RSS \(full) KiB with the blocks, \(freed) KiB freed, \(trimmed) KiB trimmed")
+    }
 }
