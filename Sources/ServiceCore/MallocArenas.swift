@@ -50,10 +50,10 @@ public enum MallocArenas {
     /// Starts a thread that calls `trim()` every `interval` for the rest of the process (a blocking
     /// C call: not on the cooperative pool). `interval` must be positive.
     public static func startTrimming(every interval: Duration) {
-        let microseconds = UInt32(clamping: interval.components.seconds * 1_000_000 + interval.components.attoseconds / 1_000_000_000_000)
+        let seconds = max(interval.inSeconds, 0.001)
         let thread = Thread {
             while true {
-                usleep(max(microseconds, 1_000))
+                Thread.sleep(forTimeInterval: seconds)
                 trim()
             }
         }
