@@ -57,6 +57,11 @@ public final class AsyncSemaphore: Sendable {
                 if state.head == state.waiters.count {
                     state.waiters.removeAll(keepingCapacity: true)
                     state.head = 0
+                } else if state.head >= 1024, state.head * 2 >= state.waiters.count {
+                    // Under a budget that never runs dry the queue never empties: drop the served
+                    // entries, or the array grows with every waiter ever served.
+                    state.waiters.removeFirst(state.head)
+                    state.head = 0
                 }
                 return waiter.continuation
             }
@@ -68,6 +73,10 @@ public final class AsyncSemaphore: Sendable {
 
     /// Tasks waiting for a permit right now.
     public var queuedWaiters: Int { state.withLock { $0.waiters.count - $0.head } }
+
+    /// Entries of the waiters' array, served ones not yet dropped included (bounded by about twice
+    /// the waiters plus 1,024).
+    var storedWaiters: Int { state.withLock { $0.waiters.count } }
 
     /// Permits free right now.
     public var availablePermits: Int { state.withLock { $0.available } }

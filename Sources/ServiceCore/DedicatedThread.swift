@@ -46,9 +46,11 @@ public final class DedicatedThread: Sendable {
 }
 
 /// FIFO of jobs guarded by one `NSCondition` (every field is read and written only while it is held).
+/// A job's slot is emptied when the job is taken, so what its closure captured (a statement's
+/// parameters, a batch of records) is freed as soon as it ran, not when the array is compacted.
 private final class JobQueue: @unchecked Sendable {
     private let condition = NSCondition()
-    private var jobs: [@Sendable () -> Void] = []
+    private var jobs: [(@Sendable () -> Void)?] = []
     private var head = 0
     private var stopped = false
 
@@ -70,6 +72,7 @@ private final class JobQueue: @unchecked Sendable {
             condition.wait()
         }
         let job = jobs[head]
+        jobs[head] = nil
         head += 1
         if head > 1024, head * 2 > jobs.count {
             jobs.removeFirst(head)

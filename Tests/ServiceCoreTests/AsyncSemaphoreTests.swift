@@ -60,5 +60,33 @@ private final class Counters: Sendable {
         for task in tasks { try await task.value }
         #expect(counters.order.withLock { $0 } == [0, 1, 2, 3, 4])
     }
-}
 
+    /// A budget that never runs dry (a campaign's lane, a large fan-out's notifications) always has
+    /// waiters queued, so the queue never empties: its storage stays bounded all the same, instead of
+    /// keeping an entry for every waiter ever served.
+    @Test func aQueueThatNeverEmptiesStaysBounded() async throws {
+        let semaphore = AsyncSemaphore(permits: 1)
+        try await semaphore.acquire()
+        let served = Counters()
+        func enqueue() async {
+            let before = semaphore.queuedWaiters
+            Task {
+                try await semaphore.acquire()
+                served.holders.add(1, ordering: .relaxed)
+            }
+            while semaphore.queuedWaiters < before + 1 { await Task.yield() }
+        }
+        await enqueue()
+        await enqueue()
+        var largest = 0
+        for round in 1...5_000 {
+            // Hand the permit to the oldest waiter (it keeps it), then queue another: one always waits.
+            semaphore.release()
+            while served.holders.load(ordering: .relaxed) < round { await Task.yield() }
+            await enqueue()
+            largest = max(largest, semaphore.storedWaiters)
+        }
+        #expect(semaphore.queuedWaiters == 2)
+        #expect(largest <= 2 * 2 + 1_024, "the waiters' array held \(largest) entries for 2 waiters")
+    }
+}
