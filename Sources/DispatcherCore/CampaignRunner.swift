@@ -93,6 +93,8 @@ public final class CampaignRunner: Sendable {
     private final class Holder: Sendable {
         let lease: Mutex<CampaignLease>
         let cancelled = Atomic<Bool>(false)
+        /// Set when a page or a write failed: the other pages stop sending.
+        let aborted = Atomic<Bool>(false)
         init(_ lease: CampaignLease, cancelled: Bool) {
             self.lease = Mutex(lease)
             self.cancelled.store(cancelled, ordering: .relaxed)
@@ -100,6 +102,7 @@ public final class CampaignRunner: Sendable {
         var current: CampaignLease { lease.withLock { $0 } }
         func isValid() -> Bool { lease.withLock { $0.isValid(at: .now) } }
         func markLost() { lease.withLock { $0.markLost() } }
+        func abort() { aborted.store(true, ordering: .relaxed) }
     }
 
     private func runCampaign(_ record: CampaignRecord, lease: CampaignLease) async {
@@ -180,7 +183,9 @@ public final class CampaignRunner: Sendable {
             }
             return false
         }
-        let shouldStop: @Sendable () -> Bool = { [self] in self.stopping.load(ordering: .relaxed) || !holder.isValid() }
+        let shouldStop: @Sendable () -> Bool = { [self] in
+            self.stopping.load(ordering: .relaxed) || holder.aborted.load(ordering: .relaxed) || !holder.isValid()
+        }
         var counts = record.counts
         var cursor = record.cursor
         var lastProgress = ContinuousClock.now
@@ -188,26 +193,76 @@ public final class CampaignRunner: Sendable {
 
         if case .audience? = request.target {
             let query = try AudienceQuery(request)
-            while true {
-                if shouldStop() { return false }
-                let tokens = try await store.audiencePage(query, after: cursor, limit: settings.pageSize)
-                guard let last = tokens.last else { break }
-                let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: tokens.map(\.deviceToken))
-                let (page, abandoned) = try await processor.sendCampaignPage(
-                    SendRequestProcessor.campaignPage(tokens), request: request, requestedAt: record.requestedAtMs,
-                    recorded: recorded, lane: lane, limiter: limiter, cancelled: cancelled, shouldStop: shouldStop)
-                if abandoned { return false }
-                counts = counts + page
-                cursor = last.deviceToken
-                guard try await store.checkpoint(holder.current, cursor: cursor, counts: counts) else {
-                    holder.markLost()
-                    return false
-                }
-                if ContinuousClock.now - lastProgress >= settings.progressInterval {
-                    lastProgress = .now
-                    try await publishProgress(record, counts: counts, done: false, startedAtMs: startedAt)
+            var window = CampaignPageWindow(cursor: cursor, counts: counts)
+            var readCursor = cursor
+            var exhausted = false
+            var stopped = false
+            var failure: (any Error)?
+            await withTaskGroup(of: (Int, Result<(counts: CampaignCounts, abandoned: Bool), any Error>).self) { group in
+                while true {
+                    // Read ahead: the next pages start sending while earlier ones are answered.
+                    while !exhausted, !stopped, window.unfinished < settings.pagesInFlight {
+                        if shouldStop() { stopped = true; break }
+                        do {
+                            let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
+                            guard let last = tokens.last else { exhausted = true; break }
+                            let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: tokens.map(\.deviceToken))
+                            let sequence = window.issue(lastToken: last.deviceToken)
+                            readCursor = last.deviceToken
+                            group.addTask { [self] in
+                                do {
+                                    return (sequence, .success(try await processor.sendCampaignPage(
+                                        SendRequestProcessor.campaignPage(tokens), request: request, requestedAt: record.requestedAtMs,
+                                        recorded: recorded, lane: lane, limiter: limiter, cancelled: cancelled, shouldStop: shouldStop)))
+                                } catch {
+                                    return (sequence, .failure(error))
+                                }
+                            }
+                        } catch {
+                            failure = error
+                            holder.abort()
+                            stopped = true
+                        }
+                    }
+                    guard let (sequence, result) = await group.next() else { break }
+                    let page: (counts: CampaignCounts, abandoned: Bool)
+                    switch result {
+                    case .failure(let error):
+                        // The other pages stop sending (shouldStop) and finish what is in flight.
+                        if failure == nil { failure = error }
+                        holder.abort()
+                        stopped = true
+                        continue
+                    case .success(let sent):
+                        page = sent
+                    }
+                    if page.abandoned {
+                        stopped = true
+                        continue
+                    }
+                    guard let checkpoint = window.finish(sequence, counts: page.counts), holder.isValid(), failure == nil else { continue }
+                    counts = checkpoint.counts
+                    cursor = checkpoint.cursor
+                    do {
+                        guard try await store.checkpoint(holder.current, cursor: cursor, counts: counts) else {
+                            holder.markLost()
+                            stopped = true
+                            continue
+                        }
+                        if ContinuousClock.now - lastProgress >= settings.progressInterval {
+                            lastProgress = .now
+                            try await publishProgress(record, counts: counts, done: false, startedAtMs: startedAt)
+                        }
+                    } catch {
+                        failure = error
+                        holder.abort()
+                        stopped = true
+                    }
                 }
             }
+            if let failure { throw failure }
+            if stopped || window.pending > 0 { return false }
+            counts = window.checkpoint.counts
         } else if cursor == nil {
             // A scheduled device_tokens/user_ids request: one page, resolved as an immediate request's.
             let page = try await processor.campaignPage(resolving: request)

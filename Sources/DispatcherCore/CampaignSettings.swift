@@ -12,6 +12,10 @@ public struct CampaignSettings: Sendable {
     public var maxInFlight = 200
     /// Audience rows read per page and checkpoint (`PUSH_CAMPAIGN_PAGE_SIZE`, default 1,000).
     public var pageSize = 1_000
+    /// Pages of one campaign being sent at once (`PUSH_CAMPAIGN_PAGES_IN_FLIGHT`, default 3): the
+    /// next pages are read and start sending while an earlier page's last notifications are
+    /// answered; the checkpoint only moves over pages that finished in order.
+    public var pagesInFlight = 3
     /// The lease's length (`PUSH_CAMPAIGN_LEASE_MS`, default 15 s): how long a dead holder keeps a campaign.
     public var lease: Duration = .seconds(15)
     /// How often an idle runner looks for due campaigns (`PUSH_CAMPAIGN_POLL_MS`, default 200 ms).
@@ -36,6 +40,7 @@ public struct CampaignSettings: Sendable {
         settings.concurrency = try env.int("PUSH_CAMPAIGN_CONCURRENCY", default: settings.concurrency, in: 1...1_000)
         settings.maxInFlight = try env.int("PUSH_CAMPAIGN_MAX_IN_FLIGHT", default: settings.maxInFlight, in: 1...100_000)
         settings.pageSize = try env.int("PUSH_CAMPAIGN_PAGE_SIZE", default: settings.pageSize, in: 1...100_000)
+        settings.pagesInFlight = try env.int("PUSH_CAMPAIGN_PAGES_IN_FLIGHT", default: settings.pagesInFlight, in: 1...64)
         settings.lease = try env.milliseconds("PUSH_CAMPAIGN_LEASE_MS", default: settings.lease)
         settings.pollInterval = try env.milliseconds("PUSH_CAMPAIGN_POLL_MS", default: settings.pollInterval)
         settings.cancelCheckInterval = try env.milliseconds("PUSH_CAMPAIGN_CANCEL_CHECK_MS", default: settings.cancelCheckInterval)

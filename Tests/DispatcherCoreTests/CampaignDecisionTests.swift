@@ -152,6 +152,62 @@ struct CampaignDecisionTests {
         #expect(CampaignRunner.isCampaign(request, nowMs: 1_000))
     }
 
+    // MARK: Pages in flight
+
+    static func counts(delivered: Int64, rejected: Int64 = 0) -> CampaignCounts {
+        var counts = CampaignCounts()
+        for _ in 0..<delivered { counts.count(.delivered) }
+        for _ in 0..<rejected { counts.count(.rejected) }
+        return counts
+    }
+
+    @Test func theCheckpointOnlyMovesOverPagesFinishedInOrder() {
+        var window = CampaignPageWindow(cursor: "0a", counts: Self.counts(delivered: 5))
+        let first = window.issue(lastToken: "1f")
+        let second = window.issue(lastToken: "2f")
+        let third = window.issue(lastToken: "3f")
+        #expect(window.unfinished == 3)
+        // The second and third finish first: nothing may be written, the first page is still sending.
+        #expect(window.finish(third, counts: Self.counts(delivered: 3)) == nil)
+        #expect(window.finish(second, counts: Self.counts(delivered: 1, rejected: 1)) == nil)
+        #expect(window.checkpoint == .init(cursor: "0a", counts: Self.counts(delivered: 5)))
+        #expect(window.unfinished == 1 && window.pending == 3)
+        // The first finishes: the checkpoint passes all three at once, with every page's counts.
+        let moved = window.finish(first, counts: Self.counts(delivered: 2))
+        #expect(moved == .init(cursor: "3f", counts: Self.counts(delivered: 11, rejected: 1)))
+        #expect(window.pending == 0 && window.unfinished == 0)
+        // A page finished twice, or one never issued, changes nothing.
+        #expect(window.finish(first, counts: Self.counts(delivered: 100)) == nil)
+        #expect(window.finish(99, counts: Self.counts(delivered: 100)) == nil)
+        #expect(window.checkpoint.counts.processed == 12)
+    }
+
+    @Test func aPageThatNeverFinishesHoldsTheCheckpointBeforeIt() {
+        var window = CampaignPageWindow(cursor: nil, counts: CampaignCounts())
+        let first = window.issue(lastToken: "10")
+        let second = window.issue(lastToken: "20")
+        _ = window.issue(lastToken: "30")
+        #expect(window.finish(first, counts: Self.counts(delivered: 1)) == .init(cursor: "10", counts: Self.counts(delivered: 1)))
+        // The third page is abandoned (never finishes): the second finishing moves the checkpoint to
+        // its own end only, so a resumed holder sends the third page again.
+        #expect(window.finish(second, counts: Self.counts(delivered: 1)) == .init(cursor: "20", counts: Self.counts(delivered: 2)))
+        #expect(window.pending == 1 && window.unfinished == 1)
+    }
+
+    @Test(arguments: 0..<20)
+    func anyFinishingOrderEndsAtTheLastPageWithEveryCount(seed: Int) {
+        var generator = SplitMix64(state: UInt64(seed))
+        var window = CampaignPageWindow(cursor: nil, counts: CampaignCounts())
+        let sequences = (0..<12).map { window.issue(lastToken: String(format: "%02x", $0)) }
+        var cursors: [String?] = []
+        for sequence in sequences.shuffled(using: &generator) {
+            if let moved = window.finish(sequence, counts: Self.counts(delivered: 1)) { cursors.append(moved.cursor) }
+        }
+        #expect(window.checkpoint == .init(cursor: "0b", counts: Self.counts(delivered: 12)))
+        // Every checkpoint written is later than the one before.
+        #expect(cursors.compactMap { $0 } == cursors.compactMap { $0 }.sorted() && Set(cursors).count == cursors.count)
+    }
+
     // MARK: Token bucket
 
     @Test func theBucketAllowsItsBurstThenPacesAtItsRate() {
