@@ -324,10 +324,14 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
+    /// - Parameter permitCoversRecording: whether `permit` is held until the outcome is recorded
+    ///   (transactional requests: the budget also bounds the reports waiting for `send_log`) or given
+    ///   back once APNs answered (campaigns: the lane bounds what Apple sees; the pages in flight
+    ///   bound memory).
     /// - Returns: the report, or nil when the notification was parked for a later retry.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
                          acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext,
-                         activity: RecordActivity) async throws -> DeliveryReport? {
+                         activity: RecordActivity, permitCoversRecording: Bool = true) async throws -> DeliveryReport? {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -374,6 +378,7 @@ public final class SendRequestProcessor: Sendable {
                 scope: Self.scope(of: request))
             else { return nil }
             report = settled
+            if !permitCoversRecording { permit.release() }
         }
         return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
     }
@@ -686,7 +691,7 @@ extension SendRequestProcessor {
                     defer { activity.notificationEnded() }
                     guard let report = try await self.deliver(
                         chosen, request: request, template: template, requestedAt: requestedAt, acks: acks,
-                        permit: permit, retryContext: context, activity: activity)
+                        permit: permit, retryContext: context, activity: activity, permitCoversRecording: false)
                     else { return }
                     counts.withLock { $0.count(report.outcome) }
                 }
