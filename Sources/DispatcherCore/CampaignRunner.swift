@@ -198,6 +198,7 @@ public final class CampaignRunner: Sendable {
             var exhausted = false
             var stopped = false
             var failure: (any Error)?
+            var previousStarted: OneShot?
             await withTaskGroup(of: (Int, Result<(counts: CampaignCounts, abandoned: Bool), any Error>).self) { group in
                 while true {
                     // Read ahead: the next pages start sending while earlier ones are answered.
@@ -209,11 +210,15 @@ public final class CampaignRunner: Sendable {
                             let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: tokens.map(\.deviceToken))
                             let sequence = window.issue(lastToken: last.deviceToken)
                             readCursor = last.deviceToken
+                            // Pages send in order: this one's sends queue behind the last send of the one before.
+                            let turn = (after: previousStarted, started: OneShot())
+                            previousStarted = turn.started
                             group.addTask { [self] in
                                 do {
                                     return (sequence, .success(try await processor.sendCampaignPage(
                                         SendRequestProcessor.campaignPage(tokens), request: request, requestedAt: record.requestedAtMs,
-                                        recorded: recorded, lane: lane, limiter: limiter, cancelled: cancelled, shouldStop: shouldStop)))
+                                        recorded: recorded, lane: lane, limiter: limiter, turn: turn, cancelled: cancelled,
+                                        shouldStop: shouldStop)))
                                 } catch {
                                     return (sequence, .failure(error))
                                 }

@@ -125,6 +125,12 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         consumerConfiguration.additionalProperties = configuration.kafkaProperties
+        // A cancel's in-process flag is set on the poll thread, the moment the record arrives: under
+        // load the intake task waits its turn on the cooperative pool behind every running send.
+        consumerConfiguration.onReceipt = { [cancellations, sendRequests = configuration.topics.sendRequests] message in
+            guard message.topic == sendRequests, let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }
+            cancellations.insert(cancel.requestID)
+        }
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
         monitor.readiness.setPhase(.running)

@@ -324,14 +324,10 @@ public final class SendRequestProcessor: Sendable {
     }
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
-    /// - Parameter permitCoversRecording: whether `permit` is held until the outcome is recorded
-    ///   (transactional requests: the budget also bounds the reports waiting for `send_log`) or given
-    ///   back once APNs answered (campaigns: the lane bounds what Apple sees; the pages in flight
-    ///   bound memory).
     /// - Returns: the report, or nil when the notification was parked for a later retry.
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
                          acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext,
-                         activity: RecordActivity, permitCoversRecording: Bool = true) async throws -> DeliveryReport? {
+                         activity: RecordActivity) async throws -> DeliveryReport? {
         var report = DeliveryReport()
         report.requestID = request.requestID
         report.bundleID = template.bundleID
@@ -378,7 +374,6 @@ public final class SendRequestProcessor: Sendable {
                 scope: Self.scope(of: request))
             else { return nil }
             report = settled
-            if !permitCoversRecording { permit.release() }
         }
         return try await publishOutcome(report, traceParent: request.traceParent, acks: acks)
     }
@@ -630,14 +625,18 @@ extension SendRequestProcessor {
     ///   finish and are recorded; `abandoned` is true and the page must not be checkpointed.
     /// - Sends take a permit of `lane` (the campaign lane, not the transactional budget) and wait
     ///   for `limiter` (the app's token bucket).
+    /// - With a `turn`, the page starts sending only once the page before it started its last send
+    ///   (`turn.after` fired), and fires `turn.started` when its own last send started (or it ended
+    ///   early): pages in flight send in audience order, each behind the tail of the one before.
     /// - Returns: the page's counts (complete unless abandoned) and whether it was abandoned; every
     ///   report published was acknowledged by Kafka before it returns.
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`); the page can be redone.
     func sendCampaignPage(
         _ page: CampaignPage, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
-        lane: AsyncSemaphore, limiter: AppRateLimiter,
+        lane: AsyncSemaphore, limiter: AppRateLimiter, turn: (after: OneShot?, started: OneShot)? = nil,
         cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
     ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
+        defer { turn?.started.fire() }
         guard let notification = request.notification else { return (CampaignCounts(), false) }
         let template = try NotificationTemplate(notification, requestID: request.requestID)
         let counts = CampaignTally()
@@ -645,6 +644,8 @@ extension SendRequestProcessor {
         let context = RetryContext.unbounded()
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
+            await turn?.after?.wait()
+            defer { turn?.started.fire() }
             for target in page.targets {
                 if shouldStop() { abandoned = true; break }
                 let token: String
@@ -686,12 +687,20 @@ extension SendRequestProcessor {
                 let chosen = settled
                 group.addTask {
                     defer { permit.release() }
+                    var chosen = chosen
+                    // Asked once more when the task runs: with a thousand sends starting at once, a
+                    // task can start well after it was added, and a cancel seen meanwhile stops it.
+                    if case .send(let stored) = chosen, cancelled() {
+                        permit.release()
+                        chosen = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
+                                          outcome: .skipped, reason: .cancelled)
+                    }
                     let activity = RecordActivity(context)
                     activity.notificationStarted()
                     defer { activity.notificationEnded() }
                     guard let report = try await self.deliver(
                         chosen, request: request, template: template, requestedAt: requestedAt, acks: acks,
-                        permit: permit, retryContext: context, activity: activity, permitCoversRecording: false)
+                        permit: permit, retryContext: context, activity: activity)
                     else { return }
                     counts.withLock { $0.count(report.outcome) }
                 }

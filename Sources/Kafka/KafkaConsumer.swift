@@ -314,6 +314,7 @@ final class ConsumerCore: Sendable {
             case .nothing:
                 break
             case .message(let message):
+                configuration.onReceipt?(message)
                 let waiter = state.withLock { s -> CheckedContinuation<KafkaMessage?, Never>? in
                     if let waiter = s.messageWaiter {
                         s.messageWaiter = nil

@@ -108,6 +108,12 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// example the security settings of `KafkaSecurity.properties`. `allow.auto.create.topics` is
     /// always `false`.
     public var additionalProperties: [String: String] = [:]
+    /// Called on the consumer's poll thread with each record as soon as librdkafka returns it, before
+    /// it is buffered for `nextMessages`: for a decision that must not wait behind the application's
+    /// tasks (the dispatcher's cancel on receipt, docs/campaigns.md "Cancellation"). It runs on the
+    /// thread that serves the group protocol, so it must return within microseconds and never block.
+    /// Default nil.
+    public var onReceipt: (@Sendable (KafkaMessage) -> Void)? = nil
 
     /// Creates a configuration; every other field has its default.
     public init(bootstrapServers: [String], groupID: String, topics: [String]) {

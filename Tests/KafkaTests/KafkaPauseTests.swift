@@ -46,6 +46,30 @@ struct KafkaPauseTests {
         await log.task.value
     }
 
+    /// `onReceipt` sees every record on the poll thread while no reader takes any: a decision made
+    /// there (the dispatcher's cancel on receipt) does not wait for the application's tasks.
+    @Test func onReceiptSeesRecordsThatNoReaderTook() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("receipt")
+        try cluster.createTopic(topic, partitions: 2)
+        let producer = try KafkaProducer(configuration: TestSupport.producerConfig(cluster), logger: TestSupport.logger)
+        let seen = Mutex<[String]>([])
+        var config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
+        config.maxBufferedMessages = 4
+        config.onReceipt = { message in
+            seen.withLock { $0.append(message.value.utf8String) }
+        }
+        let consumer = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
+        for index in 0..<3 { _ = try await producer.send(topic: topic, key: "k\(index)", value: Array("r-\(index)".utf8)) }
+        try await TestSupport.eventually("every record seen on receipt") { seen.withLock { $0.count } == 3 }
+        #expect(Set(seen.withLock { $0 }) == ["r-0", "r-1", "r-2"])
+        // They are still there for the reader, once each.
+        let read = try await TestSupport.collect(3, from: consumer)
+        #expect(Set(read.map(\.value.utf8String)) == ["r-0", "r-1", "r-2"])
+        await producer.shutdown()
+        await consumer.close()
+    }
+
     /// The reader stalls: the consumer pauses everything (buffer full). The application paused one
     /// partition meanwhile; when the buffer drains, only the other partition is resumed.
     @Test func bufferResumeDoesNotResumeAnApplicationPausedPartition() async throws {

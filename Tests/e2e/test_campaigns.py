@@ -47,11 +47,15 @@ def audience_request(request_id: str, bundle: str, send_at_ms: int = 0, audience
                                         payload='{"aps":{"alert":"campaign"}}'))
 
 
-def cancel(request_id: str, reason: str = "campaign_aborted") -> None:
+def cancel(request_id: str, reason: str = "campaign_aborted") -> int:
+    """Produces a CancelRequest; returns when Kafka acknowledged it (ms since the epoch): the moment the
+    cancel exists for the dispatchers. (Before it, a fresh producer spends a few hundred ms, more on a
+    loaded machine, connecting and initialising its idempotent session.)"""
     send = stack.pb("send_request_pb2")
     record = send.CancelRequest(request_id=request_id, reason=reason, requested_at_ms=int(time.time() * 1000))
     stack.produce(stack.SEND_REQUESTS, request_id.encode(), record.SerializeToString(),
                   "application/x-protobuf; message=push.v1.CancelRequest")
+    return int(time.time() * 1000)
 
 
 def campaign_row(request_id: str) -> dict[str, str]:
@@ -212,8 +216,7 @@ def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(sl
     try:
         stack.send_request(audience_request(request_id, bundle))
         feedback.until(lambda f: len(f.reports) >= 1_000, "the first 1,000 reports")
-        cancelled_at = int(time.time() * 1000)
-        cancel(request_id)
+        cancelled_at = cancel(request_id)
         feedback.until(lambda f: f.completed, "the cancelled campaign's RequestCompleted")
         feedback.poll(0.5)
     finally:
@@ -223,7 +226,7 @@ def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(sl
     sent = [e.delivery_report for e in feedback.reports if e.delivery_report.sent_at_ms > 0]
     skipped = [e.delivery_report for e in feedback.reports if e.delivery_report.outcome == 4]
     last_send = max(r.sent_at_ms for r in sent)
-    print(f"cancel: {len(sent)} sent, {len(skipped)} skipped; last send started {last_send - cancelled_at} ms after the cancel")
+    print(f"cancel: {len(sent)} sent, {len(skipped)} skipped; last send started {last_send - cancelled_at} ms after the cancel was acknowledged")
     assert last_send - cancelled_at <= 1_000
     feedback_pb2 = stack.pb("feedback_pb2")
     assert skipped and all(r.outcome_reason == feedback_pb2.OUTCOME_REASON_CANCELLED for r in skipped)
@@ -231,6 +234,13 @@ def test_a_cancel_mid_campaign_stops_sends_within_a_second_and_skips_the_rest(sl
     assert completed.status == feedback_pb2.REQUEST_STATUS_CANCELLED
     assert (completed.total, completed.delivered, completed.skipped) == (10_000, len(sent), len(skipped))
     assert campaign_row(request_id)["status"] == "cancelled"
+
+
+def campaign_lane(env: dict) -> int:
+    """The campaign lane of the dispatchers (PUSH_CAMPAIGN_MAX_IN_FLIGHT, default 1,000): a lane permit
+    is held from the send until the outcome is recorded, so it bounds what a lost holder leaves sent and
+    not recorded (docs/campaigns.md "Lanes and rate limits")."""
+    return int(env.get("PUSH_CAMPAIGN_MAX_IN_FLIGHT") or 1000)
 
 
 def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slow_apple, tmp_path):
@@ -276,8 +286,9 @@ def test_kill_9_of_the_holder_resumes_from_the_checkpoint_on_another_replica(slo
     resumed_at = int(re.search(r"processed(?:=|\":\")(\d+)", taken[-1]).group(1))  # logfmt or JSON lines
     assert resumed_at >= checkpoint > 0, taken[-1]
     duplicates = sim_delivered() - apple_before - 10_000
-    print(f"kill -9: checkpoint at {checkpoint} tokens, resumed at {resumed_at}; Apple received {duplicates} duplicates (lane: 200 in flight)")
-    assert 0 <= duplicates <= 200
+    lane = campaign_lane(env)
+    print(f"kill -9: checkpoint at {checkpoint} tokens, resumed at {resumed_at}; Apple received {duplicates} duplicates (lane: {lane} in flight)")
+    assert 0 <= duplicates <= lane
 
 
 def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_path):
@@ -324,8 +335,9 @@ def test_a_paused_holder_cannot_write_after_losing_its_lease(slow_apple, tmp_pat
     log = holder.log.read_text(errors="replace")
     assert any("campaign lease lost" in line and request_id in line for line in log.splitlines()), "the paused holder did not stop"
     duplicates = sim_delivered() - apple_before - 10_000
-    print(f"paused holder: Apple received {duplicates} duplicates (lane: 200 in flight)")
-    assert 0 <= duplicates <= 200
+    lane = campaign_lane(env)
+    print(f"paused holder: Apple received {duplicates} duplicates (lane: {lane} in flight)")
+    assert 0 <= duplicates <= lane
 
 
 def test_a_cancel_stops_an_immediate_request_being_sent(slow_apple):
@@ -346,8 +358,7 @@ def test_a_cancel_stops_an_immediate_request_being_sent(slow_apple):
     try:
         stack.send_request(request)
         feedback.until(lambda f: len(f.reports) >= 1_000, "the first 1,000 reports")
-        cancelled_at = int(time.time() * 1000)
-        cancel(request_id)
+        cancelled_at = cancel(request_id)
         feedback.until(lambda f: f.completed, "the RequestCompleted")
         feedback.poll(0.5)
     finally:

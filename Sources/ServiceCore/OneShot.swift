@@ -1,11 +1,13 @@
 import Synchronization
 
 /// A signal that fires once; ``wait()`` returns when it fired or the waiting task is cancelled.
-final class OneShot: Sendable {
+public final class OneShot: Sendable {
     private let state = Mutex<(fired: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
+    public init() {}
+
     /// Fires the signal (later calls do nothing).
-    func fire() {
+    public func fire() {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             guard !state.fired else { return [] }
             state.fired = true
@@ -15,10 +17,11 @@ final class OneShot: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    var isFired: Bool { state.withLock { $0.fired } }
+    /// Whether it fired.
+    public var isFired: Bool { state.withLock { $0.fired } }
 
     /// Returns once fired, or at once when the task is cancelled.
-    func wait() async {
+    public func wait() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { state -> Bool in
