@@ -139,6 +139,7 @@ public final class Dispatcher: Sendable {
         logger.info("dispatcher ready", [
             "group": consumerConfiguration.groupID, "instance": configuration.instanceID,
             "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+            "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
         ])
 
         let intake = Task { await self.intake(consumer) }
