@@ -3,7 +3,8 @@ import ServiceCore
 import Synchronization
 
 /// Per-app send-rate limits for campaigns: one `TokenBucket` per bundle id, its rate from
-/// `limits[bundleID]` or else `defaultRate` (nil or 0: unlimited); burst = one second of rate.
+/// `limits[bundleID]` or else `defaultRate` (nil or 0: unlimited); burst = a tenth of a second of rate
+/// (`burst(for:)`), so that no second carries more than 1.1 × the setting.
 public final class AppRateLimiter: Sendable {
     private let defaultRate: Double?
     private let limits: [String: Double]
@@ -24,6 +25,12 @@ public final class AppRateLimiter: Sendable {
         return rate
     }
 
+    /// The bucket's capacity for `rate` sends per second: a tenth of a second of sends, at least one.
+    /// Any one second then holds at most the burst plus a second of refill, 1.1 × the rate: Apple
+    /// never sees a burst much above the app's setting. (With a second of rate, a campaign's first
+    /// second sent twice the setting, and the transactional pushes beside it waited behind that burst.)
+    static func burst(for rate: Double) -> Double { max(1, rate / 10) }
+
     /// Waits until `bundleID` may send one more notification.
     /// - Throws: `CancellationError` when the task is cancelled while waiting.
     public func acquire(_ bundleID: String) async throws {
@@ -31,7 +38,7 @@ public final class AppRateLimiter: Sendable {
         let elapsed = ContinuousClock.now - start
         let now = elapsed.inSeconds
         let wait = buckets.withLock { buckets in
-            var bucket = buckets[bundleID] ?? TokenBucket(ratePerSecond: rate, burst: max(1, rate), now: now)
+            var bucket = buckets[bundleID] ?? TokenBucket(ratePerSecond: rate, burst: Self.burst(for: rate), now: now)
             defer { buckets[bundleID] = bucket }
             return bucket.reserve(at: now)
         }

@@ -238,6 +238,21 @@ struct CampaignDecisionTests {
         #expect(AppRateLimiter(defaultRate: 50).rate(for: "com.b") == 50)
     }
 
+    /// Every send of a campaign wanting to go at once (its start, or the lane freeing up after a
+    /// stall): no one-second window carries more than 1.1 × the app's setting.
+    @Test(arguments: [1.0, 50, 2_000, 5_000])
+    func noSecondCarriesMoreThanATenthAboveTheSetting(rate: Double) {
+        var bucket = TokenBucket(ratePerSecond: rate, burst: AppRateLimiter.burst(for: rate), now: 0)
+        let sends = Int(rate * 5) + 10
+        let times = (0..<sends).map { _ in bucket.reserve(at: 0) }
+        for start in stride(from: 0.0, through: 4.0, by: 0.05) {
+            let inWindow = times.filter { $0 >= start && $0 < start + 1 }.count
+            #expect(Double(inWindow) <= (rate * 1.1).rounded(.up) + 1, "\(inWindow) sends in [\(start), \(start + 1)) at \(rate)/s")
+        }
+        // The long-run rate is the setting.
+        #expect(abs(times[sends - 1] - Double(sends - 1) / rate) < 0.1 + 1 / rate)
+    }
+
     // MARK: States and lease
 
     @Test func campaignStatesFollowTheDocumentedTransitions() {
