@@ -282,18 +282,18 @@ class RSSSampler:
             self.hwm_reset = False
         self.maximum = self.status("VmRSS")
 
-    def settle(self, limit_s: float = 30.0) -> tuple[int, int, float]:
-        """Waits until VmRSS stops falling (within 2% of its value 4 s earlier), at most `limit_s`:
-        memory the previous phase freed is returned by the dispatcher's trim thread
-        (PUSH_MALLOC_TRIM_INTERVAL_MS, 10 s) and is not the next phase's. Returns (KiB before, KiB
-        after, seconds waited)."""
+    def settle(self, at_least_s: float = 12.0, limit_s: float = 40.0) -> tuple[int, int, float]:
+        """Waits at least `at_least_s` (the dispatcher's trim interval, PUSH_MALLOC_TRIM_INTERVAL_MS
+        10 s, and a margin), then until VmRSS stops falling (within 2% of its value 4 s earlier), at
+        most `limit_s`: memory the previous phase freed is returned by the trim thread and is not the
+        next phase's. Returns (KiB before, KiB after, seconds waited)."""
         started = time.monotonic()
         before = self.status("VmRSS")
         history = [before]
         while time.monotonic() - started < limit_s:
             time.sleep(0.5)
             history.append(self.status("VmRSS"))
-            if len(history) > 8 and history[-1] >= 0.98 * history[-9]:
+            if time.monotonic() - started >= at_least_s and history[-1] >= 0.98 * history[-9]:
                 break
         return before, history[-1], time.monotonic() - started
 
