@@ -125,11 +125,10 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         consumerConfiguration.additionalProperties = configuration.kafkaProperties
-        // A cancel's in-process flag is set on the poll thread, the moment the record arrives: under
-        // load the intake task waits its turn on the cooperative pool behind every running send.
-        consumerConfiguration.onReceipt = { [cancellations, sendRequests = configuration.topics.sendRequests] message in
-            guard message.topic == sendRequests, let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }
-            cancellations.insert(cancel.requestID)
+        // A cancel takes effect on the poll thread, the moment the record arrives: under load the
+        // intake task waits its turn on the cooperative pool behind every running send.
+        consumerConfiguration.onReceipt = { [self] message in
+            if message.topic == configuration.topics.sendRequests { applyCancelOnReceipt(message) }
         }
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
         monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
@@ -227,7 +226,6 @@ public final class Dispatcher: Sendable {
     /// Hands one record to its partition's scheduler and starts the worker it asks for.
     private func accept(_ message: KafkaMessage, _ consumer: KafkaConsumer) {
         let partition = message.topicPartition
-        if message.topic == configuration.topics.sendRequests { applyCancelOnReceipt(message) }
         let (flow, atCap) = engine.withLock { state -> (PartitionScheduler.FlowChange?, Bool) in
             guard !state.stopping else { return (nil, false) }
             // Taken out of the dictionary while it changes, so that its queues are not copied.
@@ -656,8 +654,8 @@ public final class Dispatcher: Sendable {
 // MARK: - Campaign hooks (docs/campaigns.md "Cancellation")
 
 extension Dispatcher {
-    /// A cancel takes effect on receipt, before key order: the in-process flag at once, the
-    /// campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
+    /// A cancel takes effect on receipt (the consumer's `onReceipt`, on its poll thread), before key
+    /// order: the in-process flag at once, the campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
     /// again before its offset is stored).
     fileprivate func applyCancelOnReceipt(_ message: KafkaMessage) {
         guard let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }

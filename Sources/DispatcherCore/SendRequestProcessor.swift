@@ -662,11 +662,10 @@ extension SendRequestProcessor {
                     counts.withLock { $0.count(report.outcome) }
                     continue
                 }
-                var settled = target
                 // The campaign lane's permit, released while a send waits for an APNs retry (a campaign
                 // is durable by itself: its notifications wait on timers and never park).
                 let permit = NotificationPermit(lane)
-                if case .send(let stored) = target {
+                if case .send = target {
                     if !cancelled() {
                         try await permit.acquire()
                         do {
@@ -677,17 +676,10 @@ extension SendRequestProcessor {
                         }
                         if shouldStop() { permit.release(); abandoned = true; break }
                     }
-                    // Asked again after waiting for the lane and the bucket: a cancel stops sends at once.
-                    if cancelled() {
-                        permit.release()
-                        settled = .outcome(token: stored.deviceToken, userID: stored.userID, environment: stored.environment,
-                                           outcome: .skipped, reason: .cancelled)
-                    }
                 }
-                let chosen = settled
                 group.addTask {
                     defer { permit.release() }
-                    var chosen = chosen
+                    var chosen = target
                     // Asked once more when the task runs: with a thousand sends starting at once, a
                     // task can start well after it was added, and a cancel seen meanwhile stops it.
                     if case .send(let stored) = chosen, cancelled() {
