@@ -406,6 +406,22 @@ def process_environ(name: str) -> dict[str, str]:
     return {k.decode(): v.decode(errors="replace") for k, v in (item.split(b"=", 1) for item in raw if b"=" in item)}
 
 
+class LogMark:
+    """A point in a log file: `text()` is what was written after it. The stack's logs span the whole test run
+    (a restarted process appends), so a test that asserts on log lines reads only the lines of its own time."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def text(self) -> str:
+        if not self.path.exists():
+            return ""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            return f.read().decode(errors="replace")
+
+
 # ---------------------------------------------------------------- group membership, from the dispatchers' logs
 
 def assignment_events(d: Dispatcher) -> list[tuple[int, str, str]]:
