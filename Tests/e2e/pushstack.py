@@ -258,15 +258,22 @@ class TopicReader:
             low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             tps.append(TopicPartition(topic, p, high))
         self.consumer.assign(tps)
+        self.history: list = []
 
-    def read_until(self, predicate, timeout: float = 30.0) -> list:
-        """Polls until predicate(records) is true; returns the records (confluent_kafka Messages)."""
-        records: list = []
+    def read_until(self, predicate, timeout: float = 30.0, since_start: bool = False) -> list:
+        """Polls until predicate(records) is true; returns the records (confluent_kafka Messages) read by
+        this call, or with `since_start` every record this reader ever read: several waits on one reader
+        for records of different partitions (which arrive in any order) must not lose to an earlier wait
+        the records a later one needs."""
+        records: list = list(self.history) if since_start else []
+        if since_start and predicate(records):
+            return records
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = self.consumer.poll(0.2)
             if msg is None or msg.error():
                 continue
+            self.history.append(msg)
             records.append(msg)
             if predicate(records):
                 return records
@@ -279,6 +286,7 @@ class TopicReader:
         while time.monotonic() < deadline:
             msg = self.consumer.poll(0.1)
             if msg is not None and not msg.error():
+                self.history.append(msg)
                 records.append(msg)
         return records
 

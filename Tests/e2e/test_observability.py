@@ -98,7 +98,9 @@ def feedback_of(reader, request_id: str, want_reports: int, timeout: float = 90.
         reports = [e for e in events if e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id]
         completed = [e for e in events if e.WhichOneof("event") == "request_completed" and e.request_completed.request_id == request_id]
         return len(reports) >= want_reports and completed
-    records = reader.read_until(done, timeout=timeout)
+    # Every record the reader read so far: a test waiting for several requests in turn finds the later
+    # ones' records even when they arrived (on other partitions) while it waited for an earlier one.
+    records = reader.read_until(done, timeout=timeout, since_start=True)
     events = stack.decode_feedback(records)
     mine = [(r, e) for r, e in zip(records, events)
             if (e.WhichOneof("event") == "delivery_report" and e.delivery_report.request_id == request_id)
@@ -273,6 +275,28 @@ def test_traceparent_comes_back_on_the_reports_and_the_completion():
             else:
                 assert TRACE_RE.match(trace) and trace not in (in_header, in_field), trace
             assert {header(r, "traceparent") for r in records} == {trace}
+    finally:
+        reader.close()
+
+
+def test_a_wait_for_one_request_keeps_what_it_read_of_another():
+    # The kind of fault that failed a CI run: waits for several requests in turn on one reader, each
+    # returning only what it read itself, lost the records of a request that finished (on another
+    # partition) while the reader waited for an earlier one.
+    reader = stack.TopicReader(stack.FEEDBACK)
+    try:
+        first, second = f"o11y-wait-{uuid.uuid4()}", f"o11y-wait-{uuid.uuid4()}"
+        for request_id in (first, second):
+            stack.send_request(token_request(request_id, [stack.random_token()]))
+        def both_completed(records):
+            done = {e.request_completed.request_id for e in stack.decode_feedback(records)
+                    if e.WhichOneof("event") == "request_completed"}
+            return {first, second} <= done
+        reader.read_until(both_completed, timeout=90)
+        # Everything of both is read already: a later wait finds it in what was read before.
+        for request_id in (second, first):
+            reports, completed, _ = feedback_of(reader, request_id, 1, timeout=2)
+            assert completed.request_completed.request_id == request_id and len(reports) == 1
     finally:
         reader.close()
 
