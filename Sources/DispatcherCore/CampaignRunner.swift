@@ -24,6 +24,8 @@ public final class CampaignRunner: Sendable {
     /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
     private let leaseEvents: Counter
     private let running = Mutex<Set<String>>([])
+    /// Where campaigns run: threads at `settings.niceness`, or nil (0) for the cooperative pool.
+    private let executor: BackgroundTaskExecutor?
 
     /// - Parameters:
     ///   - instanceID: this replica's name; the lease owner is it plus a random suffix.
@@ -40,6 +42,9 @@ public final class CampaignRunner: Sendable {
         self.cancellations = cancellations
         self.lane = AsyncSemaphore(permits: settings.maxInFlight)
         self.limiter = AppRateLimiter(defaultRate: settings.defaultRatePerApp, limits: settings.rateLimits)
+        self.executor = settings.niceness > 0
+            ? BackgroundTaskExecutor(name: "campaigns", threads: ProcessInfo.processInfo.activeProcessorCount, niceness: settings.niceness)
+            : nil
         self.runningGauge = MetricsRegistry.shared.gauge("push_campaigns_running", help: "Campaigns whose lease this dispatcher holds.")
         self.leaseEvents = MetricsRegistry.shared.counter(
             "push_campaign_leases_total", help: "Campaign lease events: taken, released, lost, finished.", labelNames: ["event"])
@@ -58,8 +63,14 @@ public final class CampaignRunner: Sendable {
         stopping.store(true, ordering: .relaxed)
     }
 
-    /// Takes and runs due campaigns until `stop()` or cancellation.
+    /// Takes and runs due campaigns until `stop()` or cancellation. Campaigns (their pages and sends,
+    /// child tasks all) run on the lowered threads; the lease renewals, unstructured tasks, stay on the
+    /// cooperative pool so that a busy machine never makes a holder lose its lease.
     public func run() async {
+        await withTaskExecutorPreference(executor) { await self.takeAndRun() }
+    }
+
+    private func takeAndRun() async {
         await withDiscardingTaskGroup { group in
             while !stopping.load(ordering: .relaxed), !Task.isCancelled {
                 var took = false

@@ -33,6 +33,11 @@ public struct CampaignSettings: Sendable {
     /// Sends per second by bundle id (`PUSH_CAMPAIGN_RATE_LIMITS=com.a=5000,com.b=100`).
     public var rateLimits: [String: Double] = [:]
 
+    /// Nice value of the threads campaigns run on (`PUSH_CAMPAIGN_NICE`, 0 to 19, default 10; 0 runs
+    /// them on Swift's cooperative pool with the transactional work). Campaigns then take the CPU that
+    /// transactional requests leave (docs/campaigns.md "Lanes").
+    public var niceness: Int32 = 10
+
     public init() {}
 
     /// Reads the `PUSH_CAMPAIGN_*` variables.
@@ -44,6 +49,7 @@ public struct CampaignSettings: Sendable {
         settings.maxInFlight = try env.int("PUSH_CAMPAIGN_MAX_IN_FLIGHT", default: settings.maxInFlight, in: 1...100_000)
         settings.pageSize = try env.int("PUSH_CAMPAIGN_PAGE_SIZE", default: settings.pageSize, in: 1...100_000)
         settings.pagesInFlight = try env.int("PUSH_CAMPAIGN_PAGES_IN_FLIGHT", default: settings.pagesInFlight, in: 1...64)
+        settings.niceness = Int32(try env.int("PUSH_CAMPAIGN_NICE", default: Int(settings.niceness), in: 0...19))
         settings.lease = try env.milliseconds("PUSH_CAMPAIGN_LEASE_MS", default: settings.lease)
         settings.pollInterval = try env.milliseconds("PUSH_CAMPAIGN_POLL_MS", default: settings.pollInterval)
         settings.cancelCheckInterval = try env.milliseconds("PUSH_CAMPAIGN_CANCEL_CHECK_MS", default: settings.cancelCheckInterval)

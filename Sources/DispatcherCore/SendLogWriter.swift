@@ -75,27 +75,34 @@ public final class SendLogWriter: Sendable {
         }
         let (id, action, staleTimer) = state.withLock { state in
             let (id, action) = state.queue.enqueue(row)
-            if case .flush = action { return (id, action, state.timer.take()) }
-            return (id, action, nil)
+            switch action {
+            case .flush: return (id, action, state.timer.take())
+            case .startTimer(let batch):
+                // Started and registered under the lock that started the batch: a timer that fires at
+                // once waits for this lock, so it is never found later, mid-write, and cancelled as stale.
+                state.timer = startTimer(for: batch)
+                return (id, action, nil)
+            case .wait: return (id, action, nil)
+            }
         }
         switch action {
-        case .startTimer(let batch):
-            startTimer(for: batch)
+        case .startTimer, .wait:
+            break
         case .flush(let entries):
             staleTimer?.cancel()
             // A task of its own, so that cancelling this caller does not cancel the statements the
             // whole batch waits on.
             Task { [self] in await writeAndDeliver(entries) }
-        case .wait:
-            break
         }
         return try await result(id)
     }
 
-    /// Starts the task that writes batch `batch` after `flushInterval`, unless the batch fills up
-    /// first (then the filling caller cancels the task and writes the batch).
-    private func startTimer(for batch: Int) {
-        let timer = Task { [self, flushInterval] in
+    /// The task that writes batch `batch` after `flushInterval`, unless the batch fills up first
+    /// (then the filling caller cancels its sleep and writes the batch). Called with the state locked;
+    /// the task takes the lock itself only after its sleep. Once it took the batch's rows it is no
+    /// longer in `state.timer`, so nothing cancels its write.
+    private func startTimer(for batch: Int) -> Task<Void, Never> {
+        Task { [self, flushInterval] in
             try? await Task.sleep(for: flushInterval)
             let entries = state.withLock { state in
                 let entries = state.queue.timerFired(batch: batch)
@@ -104,12 +111,6 @@ public final class SendLogWriter: Sendable {
             }
             if let entries { await writeAndDeliver(entries) }
         }
-        let stale = state.withLock { state in
-            guard state.queue.batch == batch else { return true }
-            state.timer = timer
-            return false
-        }
-        if stale { timer.cancel() }
     }
 
     private func writeAndDeliver(_ entries: [SendLogQueue.Entry]) async {

@@ -128,6 +128,39 @@ struct SendLogWriterTests {
         await good.close()
     }
 
+    /// A batch's timer can fire and start writing before the caller that started it registered it
+    /// (a caller preempted for the flush interval, as the campaign's lowered threads are on a busy
+    /// machine). The caller must not then cancel it as stale: that cancelled the write in progress,
+    /// and every caller of the batch got `CancellationError`. With a zero interval every timer fires
+    /// at once; callers run on lowered threads, one lone row per batch.
+    @Test func aTimerThatFiresBeforeItsStarterRegisteredItStillWrites() async throws {
+        let (_, pool) = try await Self.store()
+        let writer = SendLogWriter(pool: pool, flushInterval: .zero)
+        let request = "lone-\(UUID())"
+        let lowered = BackgroundTaskExecutor(name: "test-send-log", threads: 2, niceness: 19)
+        let failures = await withTaskExecutorPreference(lowered) {
+            await withTaskGroup(of: Int.self) { group in
+                for caller in 0..<8 {
+                    group.addTask {
+                        var failures = 0
+                        for i in 0..<250 {
+                            do {
+                                _ = try await writer.record(Self.report(request, "token-\(caller)-\(i)"), event: [UInt8(i % 256)])
+                            } catch {
+                                failures += 1
+                            }
+                        }
+                        return failures
+                    }
+                }
+                return await group.reduce(0, +)
+            }
+        }
+        #expect(failures == 0)
+        #expect(try await Self.count(pool, requestPrefix: request) == 2_000)
+        await pool.close()
+    }
+
     @Test func twoThousandConcurrentRecordsEachGetTheirOwnBytes() async throws {
         let (_, pool) = try await Self.store()
         let writer = SendLogWriter(pool: pool)
