@@ -13,7 +13,7 @@ import Glibc
 /// one's own priority needs no privilege. Linux only (the project's platform).
 /// Threads live as long as the process; jobs run in any order across them.
 public final class BackgroundTaskExecutor: TaskExecutor, Sendable {
-    private let queue = JobQueue()
+    private let queue = ReadyJobs()
     /// The threads' nice value (0 to 19; higher yields more).
     public let niceness: Int32
 
@@ -26,7 +26,8 @@ public final class BackgroundTaskExecutor: TaskExecutor, Sendable {
         for index in 1...threads {
             let thread = Thread {
                 Self.lowerPriority(to: niceness)
-                while let job = queue.next() { job() }
+                let executor = self.asUnownedTaskExecutor()
+                while true { queue.next().runSynchronously(on: executor) }
             }
             thread.name = "\(name)-\(index)"
             thread.start()
@@ -35,9 +36,7 @@ public final class BackgroundTaskExecutor: TaskExecutor, Sendable {
 
     /// Runs `job` on one of the threads.
     public func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        _ = queue.append { job.runSynchronously(on: executor) }
+        queue.append(UnownedJob(job))
     }
 
     /// The calling thread's nice value.
@@ -50,5 +49,43 @@ public final class BackgroundTaskExecutor: TaskExecutor, Sendable {
     /// "current" task is the thread), which is what lowers one thread and not the whole process.
     private static func lowerPriority(to niceness: Int32) {
         _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceness)
+    }
+}
+
+/// The jobs ready to run, shared by the executor's threads: no allocation per job (a job is one
+/// pointer), and a waiting thread is only signalled when one waits. Guarded by one `NSCondition`.
+private final class ReadyJobs: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+    private var head = 0
+    private var idleThreads = 0
+
+    func append(_ job: UnownedJob) {
+        condition.lock()
+        jobs.append(job)
+        let wake = idleThreads > 0
+        condition.unlock()
+        if wake { condition.signal() }
+    }
+
+    /// The oldest ready job, waiting for one.
+    func next() -> UnownedJob {
+        condition.lock()
+        defer { condition.unlock() }
+        while head == jobs.count {
+            idleThreads += 1
+            condition.wait()
+            idleThreads -= 1
+        }
+        let job = jobs[head]
+        head += 1
+        if head == jobs.count {
+            jobs.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 1024, head * 2 > jobs.count {
+            jobs.removeFirst(head)
+            head = 0
+        }
+        return job
     }
 }

@@ -45,11 +45,10 @@ public final class DedicatedThread: Sendable {
     }
 }
 
-/// FIFO of jobs guarded by one `NSCondition` (every field is read and written only while it is held);
-/// any number of threads may take from it.
+/// FIFO of jobs guarded by one `NSCondition` (every field is read and written only while it is held).
 /// A job's slot is emptied when the job is taken, so what its closure captured (a statement's
 /// parameters, a batch of records) is freed as soon as it ran, not when the array is compacted.
-final class JobQueue: @unchecked Sendable {
+private final class JobQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [(@Sendable () -> Void)?] = []
     private var head = 0
