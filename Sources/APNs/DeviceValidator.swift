@@ -28,7 +28,7 @@ public enum DeviceValidator {
         case .unrecognized(let number): throw InvalidFieldError("\(prefix).kind", "unknown token kind \(number)")
         default: break
         }
-        try checkIdentifier(device.userID, field: "\(prefix).user_id")
+        try checkUserID(device.userID, field: "\(prefix).user_id")
         try checkIdentifier(device.installationID, field: "\(prefix).installation_id")
         guard device.attributes.count <= maximumAttributes else {
             throw InvalidFieldError("\(prefix).attributes", "\(device.attributes.count) entries; at most \(maximumAttributes)")
@@ -70,6 +70,16 @@ public enum DeviceValidator {
                 throw InvalidFieldError(field, "\"\(bundleID.prefix(80))\" may contain only letters, digits, hyphens and periods")
             }
         }
+    }
+
+    /// The one user-id rule of every method that names a user (RegisterToken's `device.user_id`,
+    /// ForgetUser's `user_id`, and the dispatcher's check of `USER_FORGOTTEN` token events): an
+    /// identifier (`checkIdentifier`: at most `maximumIdentifierBytes` bytes, no control
+    /// characters), and not empty when `required`.
+    /// - Throws: `InvalidFieldError` for `field`.
+    public static func checkUserID(_ userID: String, field: String, required: Bool = false) throws(InvalidFieldError) {
+        if required, userID.isEmpty { throw InvalidFieldError(field, "is required") }
+        try checkIdentifier(userID, field: field)
     }
 
     /// An id chosen by the caller (user id, installation id, request id): at most

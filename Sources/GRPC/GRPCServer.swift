@@ -61,6 +61,16 @@ public struct GRPCRouter: Sendable {
         }
     }
 
+    /// Registers a unary method by its generated descriptor whose handler gets the request message's
+    /// bytes undecoded, so that it can check the call's credentials before it parses anything the
+    /// caller sent (decode with `GRPCRouter.decode(_:_:)`).
+    public mutating func register<Method: ProtobufRPCMethod>(
+        undecoded method: Method.Type, _ handler: @escaping @Sendable ([UInt8], GRPCContext) async throws -> Method.Output
+    ) {
+        precondition(!method.isClientStreaming && !method.isServerStreaming, "\(method.path) is a streaming method")
+        routes[method.path] = .unary { bytes, context in try await handler(bytes, context).serializedBytes() }
+    }
+
     /// Registers a streaming method by its generated descriptor (see `StreamingHandler`): a
     /// server-streaming method gets exactly one request (else INTERNAL, as gRPC answers a unary
     /// request stream with more than one message), a bidirectional one every request of the call.
@@ -80,7 +90,9 @@ public struct GRPCRouter: Sendable {
     /// The method paths served, in no particular order.
     public var paths: [String] { Array(routes.keys) }
 
-    private static func decode<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(GRPCStatus) -> M {
+    /// Decodes a request message.
+    /// - Throws: `GRPCStatus` INVALID_ARGUMENT naming the message and the decoding error.
+    public static func decode<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(GRPCStatus) -> M {
         do {
             return try M(protobufBytes: bytes)
         } catch {

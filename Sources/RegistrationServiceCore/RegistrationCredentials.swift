@@ -8,13 +8,15 @@ import ProtobufCodec
 /// {"api_keys": [{"id": "backend-1", "sha256": "<64 hex>", "bundle_ids": ["com.example.app"],
 ///                "operations": ["register", "unregister"], "rate_per_second": 500, "burst": 1000}],
 ///  "registration_jwt_keys": [{"kid": "app-2026", "bundle_id": "com.example.app", "alg": "ES256",
-///                             "public_key_pem": "-----BEGIN PUBLIC KEY-----…"},
+///                             "public_key_pem": "-----BEGIN PUBLIC KEY-----…",
+///                             "rate_per_second": 1000, "subject_rate_per_second": 0.1, "subject_burst": 10},
 ///                            {"kid": "app-hs", "bundle_id": "com.example.app", "alg": "HS256",
 ///                             "secret": "<base64url, at least 32 bytes>"}]}
 /// ```
 ///
-/// `bundle_ids: ["*"]` allows every bundle id. `rate_per_second` and `burst` are optional (the
-/// service's defaults apply). Several keys may be valid at once (rotation: add the new one, move the
+/// `bundle_ids: ["*"]` allows every bundle id. `rate_per_second` and `burst` (per API key, per JWT
+/// `kid`) and `subject_rate_per_second` and `subject_burst` (per JWT subject) are optional (the
+/// service's defaults apply) and bounded (`ratePerSecondRange`, `burstRange`). Several keys may be valid at once (rotation: add the new one, move the
 /// callers, remove the old one).
 public struct RegistrationCredentials: Sendable {
     /// One API key's entry.
@@ -27,9 +29,10 @@ public struct RegistrationCredentials: Sendable {
         public var bundleIDs: Set<String>?
         /// Allowed operations.
         public var operations: Set<RegistrationOperation>
-        /// Sustained calls per second (token-bucket refill); nil: the service's default.
+        /// Sustained items per second (token-bucket refill; a batch call takes one per item), within
+        /// `ratePerSecondRange`; nil: the service's default.
         public var ratePerSecond: Double?
-        /// Bucket size (calls allowed in a burst); nil: the service's default.
+        /// Bucket size (items allowed in a burst), within `burstRange`; nil: the service's default.
         public var burst: Double?
 
         /// Whether the key may act on `bundleID`.
@@ -60,6 +63,16 @@ public struct RegistrationCredentials: Sendable {
         public var bundleID: String
         /// The pinned algorithm and its key.
         public var verification: Verification
+        /// Registrations per second of all this `kid`'s tokens together (`rate_per_second`); nil:
+        /// the service's default (`PUSH_AUTH_RATE_PER_SECOND`).
+        public var ratePerSecond: Double? = nil
+        /// The `kid`'s burst (`burst`); nil: the service's default.
+        public var burst: Double? = nil
+        /// Registrations per second of one subject (`sub`, one user) (`subject_rate_per_second`);
+        /// nil: the service's default (0.1).
+        public var subjectRatePerSecond: Double? = nil
+        /// One subject's burst (`subject_burst`); nil: the service's default (10).
+        public var subjectBurst: Double? = nil
     }
 
     /// API keys by id.
@@ -131,13 +144,30 @@ public struct RegistrationCredentials: Sendable {
         return result
     }
 
-    private static func positiveNumber(_ fields: [String: JSONValue], _ name: String, at path: String) throws(FormatError) -> Double? {
+    /// The range `rate_per_second` must fall in: from one call in 1,000 seconds to 10 million a
+    /// second (the range of `PUSH_AUTH_RATE_PER_SECOND`). Outside it the bucket's arithmetic is
+    /// meaningless (1e-300 a second would ask a caller to retry in 1e300 seconds).
+    public static let ratePerSecondRange: ClosedRange<Double> = 0.001...10_000_000
+    /// The range `burst` must fall in (the range of `PUSH_AUTH_RATE_BURST`).
+    public static let burstRange: ClosedRange<Double> = 1...10_000_000
+
+    /// An optional number within `range`; NaN, ±infinity (`1e999`), non-numbers and values outside
+    /// the range are refused naming the entry, the key and the field.
+    private static func number(
+        _ fields: [String: JSONValue], _ name: String, in range: ClosedRange<Double>, at path: String, key: String
+    ) throws(FormatError) -> Double? {
         guard let value = fields[name] else { return nil }
-        guard case .number(let text) = value, let number = Double(text), number > 0, number.isFinite else {
-            throw FormatError("\(path).\(name) must be a positive number")
+        let shown: String
+        if case .number(let text) = value {
+            if let number = Double(text), number.isFinite, range.contains(number) { return number }
+            shown = text
+        } else {
+            shown = "a non-number"
         }
-        return number
+        throw FormatError("\(path).\(name) (\(key)): must be a number from \(text(range.lowerBound)) to \(text(range.upperBound)); got \(shown)")
     }
+
+    private static func text(_ bound: Double) -> String { bound == bound.rounded() ? String(Int64(bound)) : "\(bound)" }
 
     private static func apiKey(_ value: JSONValue, at path: String) throws(FormatError) -> APIKeyEntry {
         let fields = try fields(value, at: path)
@@ -155,7 +185,8 @@ public struct RegistrationCredentials: Sendable {
         }
         return APIKeyEntry(
             id: id, sha256: digest, bundleIDs: bundles.contains("*") ? nil : Set(bundles), operations: operations,
-            ratePerSecond: try positiveNumber(fields, "rate_per_second", at: path), burst: try positiveNumber(fields, "burst", at: path))
+            ratePerSecond: try number(fields, "rate_per_second", in: ratePerSecondRange, at: path, key: "API key \(id)"),
+            burst: try number(fields, "burst", in: burstRange, at: path, key: "API key \(id)"))
     }
 
     private static func jwtKey(_ value: JSONValue, at path: String) throws(FormatError) -> JWTKey {
@@ -179,7 +210,13 @@ public struct RegistrationCredentials: Sendable {
         case let other:
             throw FormatError("\(path).alg: \(other) is not supported (ES256 or HS256)")
         }
-        return JWTKey(keyID: keyID, bundleID: bundleID, verification: verification)
+        let name = "kid \(keyID)"
+        return JWTKey(
+            keyID: keyID, bundleID: bundleID, verification: verification,
+            ratePerSecond: try number(fields, "rate_per_second", in: ratePerSecondRange, at: path, key: name),
+            burst: try number(fields, "burst", in: burstRange, at: path, key: name),
+            subjectRatePerSecond: try number(fields, "subject_rate_per_second", in: ratePerSecondRange, at: path, key: name),
+            subjectBurst: try number(fields, "subject_burst", in: burstRange, at: path, key: name))
     }
 
     private static func hexBytes(_ text: String) -> [UInt8]? {

@@ -34,6 +34,15 @@ public enum RegistrationPrincipal: Sendable {
         }
     }
 
+    /// Checks that the principal may call a batch method (`BatchRegisterTokens`): batches are for
+    /// app backends, so a registration JWT (one user's app) is refused.
+    /// - Throws: `RegistrationError` `.permissionDenied` with the reason `operation`.
+    public func authorizeBatch() throws(RegistrationError) {
+        if case .user(_, _, let keyID) = self {
+            throw .denied("operation", "a registration token (kid \(keyID)) may not call batch methods; BatchRegisterTokens needs an API key")
+        }
+    }
+
     /// The API key's id, or nil.
     public var keyID: String? {
         if case .apiKey(let entry) = self { return entry.id }

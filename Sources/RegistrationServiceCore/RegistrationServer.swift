@@ -40,17 +40,33 @@ public final class RegistrationServer: Sendable {
     ) throws -> RegistrationServer {
         var router = GRPCRouter()
         let methods = Methods(service: service, authenticator: authenticator)
-        router.register(TokenRegistry.RegisterToken.self) { request, context in
-            try await methods.grpc(context, .register) { principal throws(RegistrationError) in try await service.register(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName)) }
+        // Each method gets its request undecoded: the credential is checked before anything the
+        // caller sent is parsed (docs/registration-auth.md "Errors").
+        router.register(undecoded: TokenRegistry.RegisterToken.self) { bytes, context in
+            try await methods.grpc(context, .register, decode: { () throws(RegistrationError) in try Methods.protobuf(RegisterTokenRequest.self, bytes) }) {
+                principal, request, _ throws(RegistrationError) in
+                try await service.register(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName))
+            }
         }
-        router.register(TokenRegistry.UnregisterToken.self) { request, context in
-            try await methods.grpc(context, .unregister) { principal throws(RegistrationError) in try await service.unregister(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName)) }
+        router.register(undecoded: TokenRegistry.UnregisterToken.self) { bytes, context in
+            try await methods.grpc(context, .unregister, decode: { () throws(RegistrationError) in try Methods.protobuf(UnregisterTokenRequest.self, bytes) }) {
+                principal, request, _ throws(RegistrationError) in
+                try await service.unregister(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName))
+            }
         }
-        router.register(TokenRegistry.BatchRegisterTokens.self) { request, context in
-            try await methods.grpc(context, .register) { principal throws(RegistrationError) in try await service.batchRegister(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName)) }
+        router.register(undecoded: TokenRegistry.BatchRegisterTokens.self) { bytes, context in
+            try await methods.grpc(
+                context, .register, batch: true,
+                decode: { () throws(RegistrationError) in try Methods.protobuf(BatchRegisterTokensRequest.self, bytes) }
+            ) { principal, request, admission throws(RegistrationError) in
+                try await service.batchRegister(request, as: principal, admission: admission, traceParent: context.metadata.first(TraceParent.headerName))
+            }
         }
-        router.register(TokenRegistry.ForgetUser.self) { request, context in
-            try await methods.grpc(context, .admin) { principal throws(RegistrationError) in try await service.forgetUser(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName)) }
+        router.register(undecoded: TokenRegistry.ForgetUser.self) { bytes, context in
+            try await methods.grpc(context, .admin, decode: { () throws(RegistrationError) in try Methods.protobuf(ForgetUserRequest.self, bytes) }) {
+                principal, request, _ throws(RegistrationError) in
+                try await service.forgetUser(request, as: principal, traceParent: context.metadata.first(TraceParent.headerName))
+            }
         }
         health.register(into: &router)
         try GRPCReflectionService(
@@ -86,37 +102,69 @@ public final class RegistrationServer: Sendable {
         server.close()
     }
 
-    /// Authentication around each method, shared by the gRPC and JSON routes.
+    /// Authentication around each method, shared by the gRPC and JSON routes, in this order:
+    /// the credential (UNAUTHENTICATED), then the request is decoded (INVALID_ARGUMENT), a batch
+    /// method checked to be an API key's (PERMISSION_DENIED), and the items taken from the caller's
+    /// rate limits (RESOURCE_EXHAUSTED when none may go).
     struct Methods: Sendable {
         let service: TokenRegistryService
         let authenticator: RegistrationAuthenticator
 
-        func authenticated<Output>(
-            _ authorization: String?, _ operation: RegistrationOperation,
-            _ body: (RegistrationPrincipal) async throws(RegistrationError) -> Output
+        func authenticated<Input, Output>(
+            _ authorization: String?, _ operation: RegistrationOperation, batch: Bool = false,
+            decode: () throws(RegistrationError) -> Input,
+            _ body: (RegistrationPrincipal, Input, RegistrationAuthenticator.RateAdmission) async throws(RegistrationError) -> Output
         ) async throws(RegistrationError) -> Output {
             let principal: RegistrationPrincipal
+            let input: Input
+            let admission: RegistrationAuthenticator.RateAdmission
             do {
                 principal = try authenticator.authenticate(authorization: authorization)
+                input = try decode()
+                var items = 1
+                if batch {
+                    try principal.authorizeBatch()
+                    if let request = input as? BatchRegisterTokensRequest { items = try TokenRegistryService.batchItems(request) }
+                }
+                admission = try authenticator.admit(principal, items: items)
             } catch {
                 service.recordRefused(error, operation: operation)
                 throw error
             }
-            return try await body(principal)
+            return try await body(principal, input, admission)
         }
 
-        func grpc<Output>(
-            _ context: GRPCContext, _ operation: RegistrationOperation,
-            _ body: (RegistrationPrincipal) async throws(RegistrationError) -> Output
+        func grpc<Input, Output>(
+            _ context: GRPCContext, _ operation: RegistrationOperation, batch: Bool = false,
+            decode: () throws(RegistrationError) -> Input,
+            _ body: (RegistrationPrincipal, Input, RegistrationAuthenticator.RateAdmission) async throws(RegistrationError) -> Output
         ) async throws(GRPCStatus) -> Output {
             do {
-                return try await authenticated(context.metadata.first("authorization"), operation, body)
+                return try await authenticated(context.metadata.first("authorization"), operation, batch: batch, decode: decode, body)
             } catch {
                 var status = GRPCStatus(error.code.grpcCode, error.message, cause: error)
                 if let retryAfter = error.retryAfter {
                     status.metadata = [HTTP2Header("retry-after-ms", String(retryAfter.wholeMilliseconds))]
                 }
                 throw status
+            }
+        }
+
+        /// A gRPC request message, decoded; INVALID_ARGUMENT naming the message when it is not one.
+        static func protobuf<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(RegistrationError) -> M {
+            do {
+                return try M(protobufBytes: bytes)
+            } catch {
+                throw RegistrationError(code: .invalidArgument, message: "undecodable \(M.protoMessageName): \(error)", cause: error)
+            }
+        }
+
+        /// A JSON request body, decoded (proto3 JSON); INVALID_ARGUMENT with the parser's message.
+        static func json<M: ProtobufMessage>(_ type: M.Type, _ bytes: [UInt8]) throws(RegistrationError) -> M {
+            do {
+                return try M(jsonUTF8: bytes)
+            } catch {
+                throw RegistrationError(code: .invalidArgument, message: "\(error)", cause: error)
             }
         }
     }
@@ -148,40 +196,39 @@ public final class RegistrationServer: Sendable {
             return reply(413, "RESOURCE_EXHAUSTED", "the body is \(request.body.count) bytes; at most \(maximumMessageBytes)")
         }
         let authorization = request.headers.first("authorization")
+        let traceParent = request.headers.first(TraceParent.headerName)
+        let requestBody = request.body
         do {
             let body: [UInt8]
             switch request.path {
             case TokenRegistry.RegisterToken.path:
-                let call = try RegisterTokenRequest(jsonUTF8: request.body)
-                body = try await methods.authenticated(authorization, .register) { principal throws(RegistrationError) in
-                    try await methods.service.register(call, as: principal, traceParent: request.headers.first(TraceParent.headerName))
+                body = try await methods.authenticated(authorization, .register, decode: { () throws(RegistrationError) in try Methods.json(RegisterTokenRequest.self, requestBody) }) {
+                    principal, call, _ throws(RegistrationError) in
+                    try await methods.service.register(call, as: principal, traceParent: traceParent)
                 }.jsonUTF8Bytes()
             case TokenRegistry.UnregisterToken.path:
-                let call = try UnregisterTokenRequest(jsonUTF8: request.body)
-                body = try await methods.authenticated(authorization, .unregister) { principal throws(RegistrationError) in
-                    try await methods.service.unregister(call, as: principal, traceParent: request.headers.first(TraceParent.headerName))
+                body = try await methods.authenticated(authorization, .unregister, decode: { () throws(RegistrationError) in try Methods.json(UnregisterTokenRequest.self, requestBody) }) {
+                    principal, call, _ throws(RegistrationError) in
+                    try await methods.service.unregister(call, as: principal, traceParent: traceParent)
                 }.jsonUTF8Bytes()
             case TokenRegistry.BatchRegisterTokens.path:
-                let call = try BatchRegisterTokensRequest(jsonUTF8: request.body)
-                body = try await methods.authenticated(authorization, .register) { principal throws(RegistrationError) in
-                    try await methods.service.batchRegister(call, as: principal, traceParent: request.headers.first(TraceParent.headerName))
+                body = try await methods.authenticated(
+                    authorization, .register, batch: true, decode: { () throws(RegistrationError) in try Methods.json(BatchRegisterTokensRequest.self, requestBody) }
+                ) { principal, call, admission throws(RegistrationError) in
+                    try await methods.service.batchRegister(call, as: principal, admission: admission, traceParent: traceParent)
                 }.jsonUTF8Bytes()
             case TokenRegistry.ForgetUser.path:
-                let call = try ForgetUserRequest(jsonUTF8: request.body)
-                body = try await methods.authenticated(authorization, .admin) { principal throws(RegistrationError) in
-                    try await methods.service.forgetUser(call, as: principal, traceParent: request.headers.first(TraceParent.headerName))
+                body = try await methods.authenticated(authorization, .admin, decode: { () throws(RegistrationError) in try Methods.json(ForgetUserRequest.self, requestBody) }) {
+                    principal, call, _ throws(RegistrationError) in
+                    try await methods.service.forgetUser(call, as: principal, traceParent: traceParent)
                 }.jsonUTF8Bytes()
             default:
                 return reply(404, "UNIMPLEMENTED", "no method \(request.path)")
             }
             return HTTP2ServerResponse(status: 200, headers: [HTTP2Header("content-type", "application/json")], body: body)
-        } catch let error as ProtobufError {
-            return reply(400, "INVALID_ARGUMENT", error.description)
-        } catch let error as RegistrationError {
-            return reply(error.code.httpStatus, error.code.description, error.message, retryAfter: error.retryAfter)
         } catch {
-            logger.error("JSON call failed", ["error": "\(error)"])
-            return reply(500, "INTERNAL", "internal error")
+            if error.code == .internalError { logger.error("JSON call failed", ["error": "\(error)"]) }
+            return reply(error.code.httpStatus, error.code.description, error.message, retryAfter: error.retryAfter)
         }
     }
 }

@@ -56,13 +56,18 @@ public struct RegistrationTokenVerifier: Sendable {
         guard let issuedAt = jwt.integerClaim("iat"), let expires = jwt.integerClaim("exp") else {
             throw .unauthenticated("jwt_claims", "the JWT needs integer iat and exp claims")
         }
-        guard expires > issuedAt, expires - issuedAt <= Self.maximumLifetimeSeconds else {
+        // The claims are the caller's numbers (any Int64): every sum and difference is checked, so
+        // iat, exp or nbf near Int64.min or Int64.max are refused, never an arithmetic overflow.
+        let (lifetime, lifetimeOverflows) = expires.subtractingReportingOverflow(issuedAt)
+        guard expires > issuedAt, !lifetimeOverflows, lifetime <= Self.maximumLifetimeSeconds else {
             throw .unauthenticated("jwt_lifetime", "the JWT's exp − iat must be between 1 s and \(Self.maximumLifetimeSeconds) s")
         }
-        guard nowSeconds <= expires + Self.leewaySeconds else { throw .unauthenticated("jwt_expired", "the JWT expired") }
-        guard issuedAt <= nowSeconds + Self.leewaySeconds else { throw .unauthenticated("jwt_claims", "the JWT's iat is in the future") }
+        let earliest = Self.saturatingSum(nowSeconds, -Self.leewaySeconds)
+        let latest = Self.saturatingSum(nowSeconds, Self.leewaySeconds)
+        guard expires >= earliest else { throw .unauthenticated("jwt_expired", "the JWT expired") }
+        guard issuedAt <= latest else { throw .unauthenticated("jwt_claims", "the JWT's iat is in the future") }
         if jwt.hasClaim("nbf") {
-            guard let notBefore = jwt.integerClaim("nbf"), notBefore <= nowSeconds + Self.leewaySeconds else {
+            guard let notBefore = jwt.integerClaim("nbf"), notBefore <= latest else {
                 throw .unauthenticated("jwt_claims", "the JWT is not valid yet (nbf)")
             }
         }
@@ -73,5 +78,12 @@ public struct RegistrationTokenVerifier: Sendable {
             throw .unauthenticated("jwt_claims", "the JWT's bundle_id claim must be the bundle id of kid \(keyID)")
         }
         return .user(userID: user, bundleID: key.bundleID, keyID: keyID)
+    }
+
+    /// `a + b`, clamped to `Int64.min...Int64.max` instead of overflowing.
+    static func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflows) = a.addingReportingOverflow(b)
+        guard overflows else { return sum }
+        return b > 0 ? .max : .min
     }
 }

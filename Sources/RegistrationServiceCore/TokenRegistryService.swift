@@ -62,17 +62,50 @@ public final class TokenRegistryService: Sendable {
         }
     }
 
+    /// The item count of a batch, checked: 1 to `maximumBatchSize`.
+    /// - Throws: `RegistrationError` `.invalidArgument` when the batch is empty or too large.
+    public static func batchItems(_ request: BatchRegisterTokensRequest) throws(RegistrationError) -> Int {
+        guard !request.registrations.isEmpty else { throw .invalid("registrations", "at least one registration is required") }
+        guard request.registrations.count <= maximumBatchSize else {
+            throw .invalid("registrations", "\(request.registrations.count) items; at most \(maximumBatchSize)")
+        }
+        return request.registrations.count
+    }
+
     /// Registers each item on its own: one result per item, in order; a bad item does not fail the
     /// others. Events are published concurrently and each result waits for its acknowledgement.
-    /// - Throws: `RegistrationError` `.invalidArgument` only when the batch itself is empty or too large.
-    public func batchRegister(_ request: BatchRegisterTokensRequest, as principal: RegistrationPrincipal = .anonymous, traceParent: String? = nil) async throws(RegistrationError) -> BatchRegisterTokensResponse {
-        guard !request.registrations.isEmpty else { throw .invalid("registrations", "at least one registration is required") }
-        guard request.registrations.count <= Self.maximumBatchSize else {
-            throw .invalid("registrations", "\(request.registrations.count) items; at most \(Self.maximumBatchSize)")
+    /// - Parameter admission: how many items, from the first, the caller's rate limit admitted
+    ///   (`RegistrationAuthenticator.admit`); each later item's result is `RESOURCE_EXHAUSTED` (8)
+    ///   with the retry hint in its message. Default: all.
+    /// - Throws: `RegistrationError` `.invalidArgument` only when the batch itself is empty or too
+    ///   large; `.permissionDenied` when the principal is a registration JWT (batches need an API key).
+    public func batchRegister(
+        _ request: BatchRegisterTokensRequest, as principal: RegistrationPrincipal = .anonymous,
+        admission: RegistrationAuthenticator.RateAdmission? = nil, traceParent: String? = nil
+    ) async throws(RegistrationError) -> BatchRegisterTokensResponse {
+        let count = try Self.batchItems(request)
+        do {
+            try principal.authorizeBatch()
+        } catch {
+            metrics.record(bundleID: "", operation: .register, error: error)
+            throw error
         }
-        var results = [BatchRegisterTokenResult](repeating: BatchRegisterTokenResult(), count: request.registrations.count)
+        let admitted = min(count, admission?.admitted ?? count)
+        var results = [BatchRegisterTokenResult](repeating: BatchRegisterTokenResult(), count: count)
+        if admitted < count {
+            let retryAfter = admission?.retryAfter ?? .seconds(1)
+            let refusal = RegistrationError(
+                code: .resourceExhausted,
+                message: "\(admission?.limitedBy ?? "the caller") exceeded its rate limit (items count); retry after \(retryAfter)",
+                retryAfter: retryAfter, reason: "rate_limited")
+            for index in admitted..<count {
+                metrics.record(bundleID: "", operation: .register, error: refusal)
+                results[index].code = Int32(refusal.code.grpcCode.rawValue)
+                results[index].message = refusal.message
+            }
+        }
         await withTaskGroup(of: (Int, BatchRegisterTokenResult).self) { group in
-            for (index, item) in request.registrations.enumerated() {
+            for (index, item) in request.registrations.prefix(admitted).enumerated() {
                 group.addTask {
                     var result = BatchRegisterTokenResult()
                     do throws(RegistrationError) {
@@ -124,11 +157,13 @@ public final class TokenRegistryService: Sendable {
         do throws(RegistrationError) {
             do {
                 try DeviceValidator.checkBundleID(request.bundleID, field: "bundle_id")
+                // The user-id rule RegisterToken applies: an id it refuses could never have tokens,
+                // and the dispatcher would dead-letter the event (a NUL id was acknowledged, then
+                // never erased).
+                try DeviceValidator.checkUserID(request.userID, field: "user_id", required: true)
             } catch {
                 throw RegistrationError.invalid(error.field, error.problem)
             }
-            guard !request.userID.isEmpty else { throw RegistrationError.invalid("user_id", "is required") }
-            guard request.userID.utf8.count <= 256 else { throw RegistrationError.invalid("user_id", "at most 256 bytes") }
             try principal.authorize(.admin, bundleID: request.bundleID)
             var device = Device()
             device.bundleID = request.bundleID

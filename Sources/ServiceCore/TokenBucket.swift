@@ -3,7 +3,7 @@
 /// so it is tested without a clock; callers that share one keep it under a lock.
 ///
 /// Two ways to take a token:
-/// - `take(now:)` refuses when none is left and says how long until one is (an API key's rate limit:
+/// - `take(now:)` (and `take(upTo:now:)` for several) refuses when none is left and says how long until one is (an API key's rate limit:
 ///   the caller answers "retry after" and nothing is owed);
 /// - `reserve(at:)` always takes one, going into debt, and says how long to wait before using it
 ///   (a sender's pacing: concurrent senders queue behind each other, so the long-run rate never
@@ -40,6 +40,29 @@ public struct TokenBucket: Sendable, Equatable {
             return nil
         }
         return (1 - tokens) / ratePerSecond
+    }
+
+    /// Whole tokens available at `now` (after refilling).
+    public mutating func available(at now: Double) -> Int {
+        refill(now)
+        return tokens >= 1 ? Int(min(tokens.rounded(.down), Double(Int32.max))) : 0
+    }
+
+    /// Takes as many of `count` tokens as are available at `now` (an item-counted rate limit: a
+    /// batch of 500 on a bucket holding 3 takes 3).
+    /// - Parameter count: tokens wanted, ≥ 0.
+    /// - Returns: how many were taken (0…`count`), and when fewer than `count`, the seconds until the
+    ///   next token is available.
+    public mutating func take(upTo count: Int, now: Double) -> (taken: Int, wait: Double?) {
+        let taken = min(max(count, 0), available(at: now))
+        tokens -= Double(taken)
+        return (taken, taken < count ? (1 - tokens) / ratePerSecond : nil)
+    }
+
+    /// Seconds from `now` until a token is available (0 when one is).
+    public mutating func wait(at now: Double) -> Double {
+        refill(now)
+        return tokens >= 1 ? 0 : (1 - tokens) / ratePerSecond
     }
 
     /// Takes a token at `now`, going into debt when none is left.

@@ -212,18 +212,45 @@ import Testing
         let time = Mutex(0.0)
         let auth = try Self.authenticator(
             Self.keyFile([(limited, ["*"], ["register"], 2), (other, ["*"], ["register"], nil)]), now: { time.withLock { $0 } })
-        _ = try auth.authenticate(authorization: "Bearer \(limited.text)")
-        _ = try auth.authenticate(authorization: "Bearer \(limited.text)")
+        let principal = try auth.authenticate(authorization: "Bearer \(limited.text)")
+        #expect(try auth.admit(principal, items: 1) == .all(1))
+        #expect(try auth.admit(principal, items: 1) == .all(1))
         do {
-            _ = try auth.authenticate(authorization: "Bearer \(limited.text)")
+            _ = try auth.admit(principal, items: 1)
             Issue.record("the third call within the burst of 2 must be refused")
         } catch {
             #expect(error.code == .resourceExhausted)
             #expect(error.retryAfter == .milliseconds(500))
         }
-        _ = try auth.authenticate(authorization: "Bearer \(other.text)")  // another key's bucket
+        _ = try auth.admit(auth.authenticate(authorization: "Bearer \(other.text)"), items: 1)  // another key's bucket
         time.withLock { $0 = 0.5 }
-        _ = try auth.authenticate(authorization: "Bearer \(limited.text)")
+        #expect(try auth.admit(principal, items: 1) == .all(1))
+        // Items, not calls: a batch of 5 on a full bucket of 2 admits its first 2.
+        time.withLock { $0 = 10 }
+        let admission = try auth.admit(principal, items: 5)
+        #expect(admission.admitted == 2)
+        #expect(admission.retryAfter == .milliseconds(500))
+        #expect(admission.limitedBy == "API key limited")
+    }
+
+    @Test func subjectBucketsAreBoundedLeastRecentlyUsedFirst() throws {
+        let time = Mutex(0.0)
+        var configuration = RegistrationAuthenticator.Configuration()
+        configuration.keysJSON = Self.keyFile([], jwt: [Self.hsKeyEntry()])
+        configuration.maximumSubjectBuckets = 3
+        configuration.defaultSubjectBurst = 1
+        let auth = try RegistrationAuthenticator(
+            configuration: configuration, monotonicSeconds: { time.withLock { $0 } }, logger: Logger(label: "t", logLevel: .error))
+        func user(_ name: String) -> RegistrationPrincipal { .user(userID: name, bundleID: "com.example.app", keyID: "hs-1") }
+        for name in ["a", "b", "c"] { #expect(try auth.admit(user(name), items: 1) == .all(1)) }
+        #expect(throws: RegistrationError.self) { try auth.admit(user("a"), items: 1) }  // a is now the most recent
+        #expect(try auth.admit(user("d"), items: 1) == .all(1))  // evicts b, the least recently used
+        #expect(auth.subjectBucketCount == 3)
+        #expect(try auth.admit(user("b"), items: 1) == .all(1))  // forgotten, so full again
+        #expect(throws: RegistrationError.self) { try auth.admit(user("d"), items: 1) }
+        for index in 0..<1_000 { _ = try? auth.admit(user("u\(index)"), items: 1) }
+        #expect(auth.subjectBucketCount == 3)
+        #expect(RegistrationAuthenticator.Configuration().maximumSubjectBuckets == 100_000)
     }
 }
 
@@ -247,5 +274,90 @@ import Testing
         #expect(registry.value("push_auth_failures_total", labels: ["wrong_key"]) == 1)
         #expect(registry.value("push_auth_failures_total", labels: ["operation"]) == 1)
         #expect(registry.value("push_rate_limited_total") == 1)
+    }
+}
+
+/// No caller-chosen number crashes the service: JWT times at the Int64 limits and key-file rates
+/// outside their range (issue 23: `iat`/`exp` near Int64.max overflowed, a rate of 1e-300 trapped
+/// on the first refused call).
+@Suite struct RegistrationHostileNumberTests {
+    static let secret = RegistrationAuthTests.hsSecret
+    static let limits: [Int64] = [.min, -1, 0, .max]
+
+    static func token(_ claims: String) -> String {
+        JSONWebToken.signHS256(headerJSON: "{\"alg\":\"HS256\",\"kid\":\"hs-1\"}", claimsJSON: claims, secret: secret)
+    }
+
+    static func claims(iat: String, exp: String, nbf: String? = nil) -> String {
+        "{\"sub\":\"user-1\",\"bundle_id\":\"com.example.app\",\"aud\":\"push.v1.TokenRegistry\",\"iat\":\(iat),\"exp\":\(exp)"
+            + (nbf.map { ",\"nbf\":\($0)" } ?? "") + "}"
+    }
+
+    /// The refusal reason of `claims` (nil: accepted).
+    static func verdict(_ claims: String, now: Int64 = 1_800_000_000) throws -> String? {
+        let auth = try RegistrationAuthTests.authenticator(
+            RegistrationAuthTests.keyFile([], jwt: [RegistrationAuthTests.hsKeyEntry()]),
+            clock: ManualWallClock(milliseconds: now * 1000))
+        do {
+            _ = try auth.authenticate(authorization: "Bearer \(token(claims))")
+            return nil
+        } catch {
+            #expect(error.code == .unauthenticated, "\(claims): \(error)")
+            return error.reason
+        }
+    }
+
+    @Test(arguments: limits) func jwtTimesAtTheLimitsAreRefusedNotTrapped(value: Int64) throws {
+        let now: Int64 = 1_800_000_000
+        // iat alone at the limit: exp − iat overflowed for Int64.min.
+        #expect(try Self.verdict(Self.claims(iat: "\(value)", exp: "\(now + 600)")) == "jwt_lifetime")
+        // exp alone at the limit.
+        #expect(try Self.verdict(Self.claims(iat: "\(now)", exp: "\(value)")) == "jwt_lifetime")
+        // A short, well-formed lifetime at the limit: exp + leeway overflowed for Int64.max.
+        let (iat, exp) = value == .max ? (value - 600, value) : (value, value + 600)
+        #expect(try Self.verdict(Self.claims(iat: "\(iat)", exp: "\(exp)")) == (value == .max ? "jwt_claims" : "jwt_expired"))
+        // nbf at the limit: in the past is fine, Int64.max is "not yet".
+        #expect(try Self.verdict(Self.claims(iat: "\(now)", exp: "\(now + 600)", nbf: "\(value)")) == (value == .max ? "jwt_claims" : nil))
+    }
+
+    @Test(arguments: ["9223372036854775808", "-9223372036854775809", "1e300", "1e-300", "1.5", "\"1800000000\""])
+    func jwtTimesThatAreNotInt64AreRefused(text: String) throws {
+        #expect(try Self.verdict(Self.claims(iat: text, exp: "1800000600")) == "jwt_claims")
+        #expect(try Self.verdict(Self.claims(iat: "1800000000", exp: "1800000600", nbf: text)) == "jwt_claims")
+    }
+
+    @Test(arguments: ["rate_per_second", "burst"], ["\"NaN\"", "1e999", "-1e999", "1e-300", "1e300", "-1", "0", "null"])
+    func keyFileRatesOutsideTheirRangeAreRefusedAtLoad(field: String, value: String) {
+        let json = """
+            {"api_keys": [{"id": "backend-1", "sha256": "\(String(repeating: "0", count: 64))", "bundle_ids": ["*"],
+                           "operations": ["register"], "\(field)": \(value)}]}
+            """
+        do {
+            _ = try RegistrationCredentials(json: Array(json.utf8))
+            Issue.record("\(field) \(value) was accepted")
+        } catch {
+            #expect(error.description.hasPrefix("api_keys[0].\(field) (API key backend-1): must be a number from"), "\(error)")
+        }
+    }
+
+    @Test func theSlowestAllowedRateAnswersWithAFiniteRetryHint() throws {
+        let key = try #require(APIKey.generate(id: "slow"))
+        let json = """
+            {"api_keys": [{"id": "slow", "sha256": "\(RegistrationAuthTests.hex(key.sha256))", "bundle_ids": ["*"],
+                           "operations": ["register"], "rate_per_second": 0.001, "burst": 1}]}
+            """
+        let auth = try RegistrationAuthTests.authenticator(json)
+        let principal = try auth.authenticate(authorization: "Bearer \(key.text)")
+        _ = try auth.admit(principal, items: 1)
+        do {
+            _ = try auth.admit(principal, items: 1)
+            Issue.record("the second call must be refused")
+        } catch {
+            #expect(error.code == .resourceExhausted)
+            #expect(error.retryAfter == .seconds(1000))
+        }
+        #expect(RegistrationAuthenticator.retryAfter(seconds: .infinity) == .seconds(86_400))
+        #expect(RegistrationAuthenticator.retryAfter(seconds: .nan) == .zero)
+        #expect(RegistrationAuthenticator.retryAfter(seconds: 1e300) == .seconds(86_400))
     }
 }
