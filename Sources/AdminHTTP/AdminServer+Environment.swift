@@ -10,7 +10,9 @@ extension AdminServer {
     ///   `PUSH_ADMIN_CONNECTION_LIMIT` (64);
     /// - `PUSH_HEALTH_MAX_LOOP_STALL_MS` (30000): `/healthz` fails when a loop has not come round for longer;
     /// - `PUSH_READY_MAX_POLL_AGE_MS` (10000), `PUSH_READY_MAX_DB_CHECK_AGE_MS` (15000): `/readyz` limits;
-    /// - `PUSH_ADMIN_TEST_HOOKS` (false): serve `testHooks` under `POST /debug/<name>` (tests only).
+    /// - `PUSH_ADMIN_TEST_HOOKS` (false): serve `testHooks` under `POST /debug/<name>` (tests only);
+    /// - `PUSH_METRICS_MAX_LABEL_VALUES` (100): distinct values per label of a metric family
+    ///   (`MetricsRegistry.configureShared(environment:)`).
     ///
     /// - Parameters:
     ///   - env: the environment.
@@ -32,6 +34,7 @@ extension AdminServer {
         policy.maxPollAge = try env.milliseconds("PUSH_READY_MAX_POLL_AGE_MS", default: policy.maxPollAge)
         policy.maxDatabaseCheckAge = try env.milliseconds("PUSH_READY_MAX_DB_CHECK_AGE_MS", default: policy.maxDatabaseCheckAge)
         let hooks = try env.bool("PUSH_ADMIN_TEST_HOOKS", default: false) ? testHooks : [:]
+        try MetricsRegistry.configureShared(environment: env)
         ProcessMetrics.register()
         let endpoints = AdminEndpoints(
             metrics: { MetricsRegistry.shared.render() },

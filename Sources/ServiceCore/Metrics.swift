@@ -20,6 +20,13 @@ public struct MetricSample: Sendable, Equatable {
 /// while Swift tasks and C callback threads count. Label values are positional (the order of the
 /// family's `labelNames`); keep their cardinality bounded: never a device token, user id or request id.
 ///
+/// Values a caller chooses (a bundle id from a request, a reason from a peer) are bounded here as
+/// well: each label of a counter, gauge or histogram family keeps at most `maximumLabelValues`
+/// distinct values (`LabelValueLimiter`); a series with a later value is counted under `other` for
+/// that label, and every update so replaced is also counted in
+/// `push_metrics_label_overflow_total{metric,label}`. Callback gauges are exempt (their samples come
+/// from the process's own bounded state).
+///
 /// Registering a name a second time with the same type and label names returns the existing family
 /// (components built twice in one process, as tests do, share it); a different type or different
 /// label names for the same name is a programming error and stops the process.
@@ -27,21 +34,49 @@ public final class MetricsRegistry: Sendable {
     /// The registry every executable serves on its admin port.
     public static let shared = MetricsRegistry()
 
-    private let families = Mutex<[String: any MetricFamily]>([:])
+    /// The default of `maximumLabelValues` (`PUSH_METRICS_MAX_LABEL_VALUES`).
+    public static let defaultMaximumLabelValues = 100
+    /// The name of the family that counts series whose label value was replaced by `other`.
+    public static let labelOverflowMetric = "push_metrics_label_overflow_total"
+
+    private let families: Mutex<[String: any MetricFamily]>
+    private let limits: LabelLimits
 
     /// A registry of its own (tests); production code counts into `shared`.
-    public init() {}
+    /// - Parameter maximumLabelValues: distinct values kept per label of a family, ≥ 1.
+    public init(maximumLabelValues: Int = MetricsRegistry.defaultMaximumLabelValues) {
+        let overflow = Counter(
+            name: Self.labelOverflowMetric,
+            help: "Series whose label value was counted under \"other\" because the label of that metric already had the most distinct values allowed (PUSH_METRICS_MAX_LABEL_VALUES).",
+            labelNames: ["metric", "label"], limits: LabelLimits(maximum: Int.max, overflow: nil))
+        limits = LabelLimits(maximum: maximumLabelValues, overflow: overflow)
+        families = Mutex([Self.labelOverflowMetric: overflow])
+    }
+
+    /// Distinct values kept per label of a family; later ones are counted under `other`. Applies to
+    /// values first seen after it is set.
+    public var maximumLabelValues: Int {
+        get { limits.maximum.load(ordering: .relaxed) }
+        set { limits.maximum.store(max(1, newValue), ordering: .relaxed) }
+    }
+
+    /// Reads `PUSH_METRICS_MAX_LABEL_VALUES` (default 100, 1…1,000,000) into `shared`.
+    /// - Throws: `EnvironmentConfig.Error` naming the variable when it is not such a number.
+    public static func configureShared(environment env: EnvironmentConfig) throws {
+        shared.maximumLabelValues = try env.int(
+            "PUSH_METRICS_MAX_LABEL_VALUES", default: defaultMaximumLabelValues, in: 1...1_000_000)
+    }
 
     /// A monotonically increasing count. Name it with a `_total` suffix.
     @discardableResult
     public func counter(_ name: String, help: String, labelNames: [String] = []) -> Counter {
-        register(name, make: { Counter(name: name, help: help, labelNames: labelNames) })
+        register(name, make: { Counter(name: name, help: help, labelNames: labelNames, limits: limits) })
     }
 
     /// A value that goes up and down.
     @discardableResult
     public func gauge(_ name: String, help: String, labelNames: [String] = []) -> Gauge {
-        register(name, make: { Gauge(name: name, help: help, labelNames: labelNames) })
+        register(name, make: { Gauge(name: name, help: help, labelNames: labelNames, limits: limits) })
     }
 
     /// A distribution counted into fixed cumulative buckets (upper bounds, ascending; `+Inf` is
@@ -49,7 +84,7 @@ public final class MetricsRegistry: Sendable {
     @discardableResult
     public func histogram(_ name: String, help: String, labelNames: [String] = [],
                           buckets: [Double] = Histogram.defaultBuckets) -> Histogram {
-        register(name, make: { Histogram(name: name, help: help, labelNames: labelNames, buckets: buckets) })
+        register(name, make: { Histogram(name: name, help: help, labelNames: labelNames, buckets: buckets, limits: limits) })
     }
 
     /// A gauge whose samples are read when the registry renders (process memory, queue depths, lag).
@@ -64,8 +99,15 @@ public final class MetricsRegistry: Sendable {
     public func render() -> String {
         let all = families.withLock { $0.values.sorted { $0.name < $1.name } }
         var text = ""
-        for family in all { family.render(into: &text) }
+        // The overflow family appears with its first overflow (most processes never have one).
+        for family in all where family.name != Self.labelOverflowMetric || family.seriesCount > 0 { family.render(into: &text) }
         return text
+    }
+
+    /// How many series one family has (its callback's samples for a callback gauge); nil when the
+    /// family does not exist.
+    public func seriesCount(_ name: String) -> Int? {
+        families.withLock { $0[name] }?.seriesCount
     }
 
     /// The current value of one series, for tests and status pages: a counter's or gauge's value, a
@@ -95,8 +137,46 @@ public final class MetricsRegistry: Sendable {
 protocol MetricFamily: AnyObject, Sendable {
     var name: String { get }
     var labelNames: [String] { get }
+    var seriesCount: Int { get }
     func render(into text: inout String)
     func value(labels: [String]) -> Double?
+}
+
+/// The registry's label-value bound, shared by its families: the maximum (changeable at run time)
+/// and where overflows are counted.
+final class LabelLimits: Sendable {
+    let maximum: Atomic<Int>
+    let overflow: Counter?
+
+    init(maximum: Int, overflow: Counter?) {
+        self.maximum = Atomic(max(1, maximum))
+        self.overflow = overflow
+    }
+
+    /// Counts the labels `limit` replaced, after the family's lock is released.
+    func record(_ overflowed: [Int], family: String, labelNames: [String]) {
+        guard let overflow else { return }
+        for index in overflowed { overflow.increment(labels: [family, labelNames[index]]) }
+    }
+}
+
+/// A family's series and the label values it has admitted, under one lock.
+struct SeriesTable<Value: Sendable>: Sendable {
+    var series: [[String]: Value] = [:]
+    var limiter: LabelValueLimiter
+
+    init(labelCount: Int) {
+        limiter = LabelValueLimiter(labelCount: labelCount)
+    }
+
+    /// The key `labels` are counted under: themselves when the series exists or every value is
+    /// admitted, else with each value beyond the bound replaced by `other` (indices in `overflowed`).
+    mutating func key(_ labels: [String], maximum: Int, overflowed: inout [Int]) -> [String] {
+        if series[labels] != nil || labels.isEmpty { return labels }
+        let limited = limiter.limit(labels, maximum: maximum)
+        overflowed = limited.overflowed
+        return limited.labels
+    }
 }
 
 /// A family of monotonically increasing counts, one series per label-value combination.
@@ -104,26 +184,38 @@ public final class Counter: MetricFamily {
     let name: String
     let help: String
     let labelNames: [String]
-    private let series = Mutex<[[String]: Double]>([:])
+    private let limits: LabelLimits
+    private let series: Mutex<SeriesTable<Double>>
 
-    init(name: String, help: String, labelNames: [String]) {
+    init(name: String, help: String, labelNames: [String], limits: LabelLimits) {
         MetricName.check(name, labelNames)
         self.name = name
         self.help = help
         self.labelNames = labelNames
+        self.limits = limits
+        self.series = Mutex(SeriesTable(labelCount: labelNames.count))
     }
 
-    /// Adds `amount` (≥ 0) to the series named by `labels` (positional, one value per label name).
+    /// Adds `amount` (≥ 0) to the series named by `labels` (positional, one value per label name;
+    /// a value beyond the registry's `maximumLabelValues` for its label counts as `other`).
     public func increment(by amount: Double = 1, labels: [String] = []) {
         precondition(amount >= 0, "counter \(name) can only increase")
         precondition(labels.count == labelNames.count, "counter \(name) takes labels \(labelNames)")
-        series.withLock { $0[labels, default: 0] += amount }
+        let maximum = limits.maximum.load(ordering: .relaxed)
+        var overflowed: [Int] = []
+        series.withLock { table in
+            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
+            table.series[key, default: 0] += amount
+        }
+        if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }
 
-    func value(labels: [String]) -> Double? { series.withLock { $0[labels] } }
+    func value(labels: [String]) -> Double? { series.withLock { $0.series[labels] } }
+
+    var seriesCount: Int { series.withLock { $0.series.count } }
 
     func render(into text: inout String) {
-        let samples = series.withLock { $0 }.map { MetricSample(labels: $0.key, value: $0.value) }
+        let samples = series.withLock { $0.series }.map { MetricSample(labels: $0.key, value: $0.value) }
         MetricText.family(name: name, help: help, type: "counter", labelNames: labelNames,
                           samples: samples, into: &text)
     }
@@ -134,25 +226,38 @@ public final class Gauge: MetricFamily {
     let name: String
     let help: String
     let labelNames: [String]
-    private let series = Mutex<[[String]: Double]>([:])
+    private let limits: LabelLimits
+    private let series: Mutex<SeriesTable<Double>>
 
-    init(name: String, help: String, labelNames: [String]) {
+    init(name: String, help: String, labelNames: [String], limits: LabelLimits) {
         MetricName.check(name, labelNames)
         self.name = name
         self.help = help
         self.labelNames = labelNames
+        self.limits = limits
+        self.series = Mutex(SeriesTable(labelCount: labelNames.count))
     }
 
-    /// Sets the series named by `labels` to `value`.
+    /// Sets the series named by `labels` to `value` (a label value beyond the registry's bound:
+    /// the `other` series).
     public func set(_ value: Double, labels: [String] = []) {
-        check(labels)
-        series.withLock { $0[labels] = value }
+        update(labels) { $0 = value }
     }
 
     /// Adds `amount` to the series named by `labels`.
     public func increment(by amount: Double = 1, labels: [String] = []) {
+        update(labels) { $0 += amount }
+    }
+
+    private func update(_ labels: [String], _ change: (inout Double) -> Void) {
         check(labels)
-        series.withLock { $0[labels, default: 0] += amount }
+        let maximum = limits.maximum.load(ordering: .relaxed)
+        var overflowed: [Int] = []
+        series.withLock { table in
+            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
+            change(&table.series[key, default: 0])
+        }
+        if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }
 
     /// Subtracts `amount` from the series named by `labels`.
@@ -162,17 +267,19 @@ public final class Gauge: MetricFamily {
 
     /// Drops the series named by `labels` (a partition no longer assigned, a connection gone).
     public func remove(labels: [String]) {
-        _ = series.withLock { $0.removeValue(forKey: labels) }
+        _ = series.withLock { $0.series.removeValue(forKey: labels) }
     }
 
     private func check(_ labels: [String]) {
         precondition(labels.count == labelNames.count, "gauge \(name) takes labels \(labelNames)")
     }
 
-    func value(labels: [String]) -> Double? { series.withLock { $0[labels] } }
+    func value(labels: [String]) -> Double? { series.withLock { $0.series[labels] } }
+
+    var seriesCount: Int { series.withLock { $0.series.count } }
 
     func render(into text: inout String) {
-        let samples = series.withLock { $0 }.map { MetricSample(labels: $0.key, value: $0.value) }
+        let samples = series.withLock { $0.series }.map { MetricSample(labels: $0.key, value: $0.value) }
         MetricText.family(name: name, help: help, type: "gauge", labelNames: labelNames,
                           samples: samples, into: &text)
     }
@@ -194,6 +301,8 @@ public final class CallbackGauge: MetricFamily {
     }
 
     func value(labels: [String]) -> Double? { collect().first { $0.labels == labels }?.value }
+
+    var seriesCount: Int { collect().count }
 
     func render(into text: inout String) {
         let samples = collect().filter { $0.labels.count == labelNames.count }
@@ -219,9 +328,10 @@ public final class Histogram: MetricFamily {
     let help: String
     let labelNames: [String]
     let buckets: [Double]
-    private let series = Mutex<[[String]: Series]>([:])
+    private let limits: LabelLimits
+    private let series: Mutex<SeriesTable<Series>>
 
-    init(name: String, help: String, labelNames: [String], buckets: [Double]) {
+    init(name: String, help: String, labelNames: [String], buckets: [Double], limits: LabelLimits) {
         MetricName.check(name, labelNames + ["le"])
         precondition(!buckets.isEmpty && zip(buckets, buckets.dropFirst()).allSatisfy { $0 < $1 },
                      "histogram \(name): buckets must be ascending")
@@ -229,6 +339,8 @@ public final class Histogram: MetricFamily {
         self.help = help
         self.labelNames = labelNames
         self.buckets = buckets
+        self.limits = limits
+        self.series = Mutex(SeriesTable(labelCount: labelNames.count))
     }
 
     /// Counts one observation (seconds for durations) into the series named by `labels`.
@@ -236,19 +348,25 @@ public final class Histogram: MetricFamily {
         precondition(labels.count == labelNames.count, "histogram \(name) takes labels \(labelNames)")
         let slot = buckets.firstIndex { value <= $0 } ?? buckets.count
         let width = buckets.count + 1
-        series.withLock { all in
-            var entry = all[labels] ?? Series(counts: Array(repeating: 0, count: width))
+        let maximum = limits.maximum.load(ordering: .relaxed)
+        var overflowed: [Int] = []
+        series.withLock { table in
+            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
+            var entry = table.series[key] ?? Series(counts: Array(repeating: 0, count: width))
             entry.counts[slot] += 1
             entry.sum += value
             entry.count += 1
-            all[labels] = entry
+            table.series[key] = entry
         }
+        if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }
 
-    func value(labels: [String]) -> Double? { series.withLock { $0[labels].map { Double($0.count) } } }
+    func value(labels: [String]) -> Double? { series.withLock { $0.series[labels].map { Double($0.count) } } }
+
+    var seriesCount: Int { series.withLock { $0.series.count } }
 
     func render(into text: inout String) {
-        let all = series.withLock { $0 }
+        let all = series.withLock { $0.series }
         MetricText.header(name: name, help: help, type: "histogram", into: &text)
         for (labels, entry) in all.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
             var cumulative: UInt64 = 0

@@ -275,6 +275,16 @@ import Testing
         #expect(registry.value("push_auth_failures_total", labels: ["operation"]) == 1)
         #expect(registry.value("push_rate_limited_total") == 1)
     }
+
+    /// A wildcard key could name 2,000 bundle ids, each a series; now 100 and `other`.
+    @Test func twoThousandBundleIDsMakeAtMostAHundredSeriesAndOther() {
+        let registry = MetricsRegistry()
+        let metrics = RegistrationMetrics(registry: registry)
+        for index in 0..<2_000 { metrics.record(bundleID: "com.attacker.app\(index)", operation: .register, error: nil) }
+        #expect(registry.seriesCount("push_registrations_total") == 101)
+        #expect(registry.value("push_registrations_total", labels: ["other", "register", "ok"]) == 1_900)
+        #expect(registry.value(MetricsRegistry.labelOverflowMetric, labels: ["push_registrations_total", "bundle_id"]) == 1_900)
+    }
 }
 
 /// No caller-chosen number crashes the service: JWT times at the Int64 limits and key-file rates

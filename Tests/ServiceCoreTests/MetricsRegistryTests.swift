@@ -97,3 +97,57 @@ import Testing
         #expect(status == 0, "promtool: \(output)")
     }
 }
+
+/// Caller-chosen label values cannot grow the series without bound (issue 23: 2,000 bundle ids from
+/// a wildcard key, 300 from a Kafka producer, each a series).
+@Suite struct LabelValueLimiterTests {
+    @Test func twoThousandDistinctValuesMakeAtMostTheBoundPlusOther() {
+        let registry = MetricsRegistry()
+        let counter = registry.counter("push_test_calls_total", help: "Calls.", labelNames: ["bundle_id", "outcome"])
+        let gauge = registry.gauge("push_test_depth", help: "Depth.", labelNames: ["bundle_id"])
+        let histogram = registry.histogram("push_test_seconds", help: "Seconds.", labelNames: ["bundle_id"])
+        for index in 0..<2_000 {
+            counter.increment(labels: ["com.example.app\(index)", index % 2 == 0 ? "ok" : "failed"])
+            gauge.set(Double(index), labels: ["com.example.app\(index)"])
+            histogram.observe(0.01, labels: ["com.example.app\(index)"])
+        }
+        // 100 bundle ids × their one outcome each, plus other × 2 outcomes.
+        #expect(registry.seriesCount("push_test_calls_total") == 102)
+        #expect(registry.seriesCount("push_test_depth") == 101)
+        #expect(registry.seriesCount("push_test_seconds") == 101)
+        #expect(registry.value("push_test_calls_total", labels: ["other", "ok"]) == 950)
+        #expect(registry.value("push_test_calls_total", labels: ["other", "failed"]) == 950)
+        #expect(registry.value("push_test_calls_total", labels: ["com.example.app99", "failed"]) == 1)
+        #expect(registry.value("push_test_depth", labels: ["other"]) == 1_999)
+        #expect(registry.value("push_test_seconds", labels: ["other"]) == 1_900)
+        // The overflow is counted per family and label, and rendered.
+        #expect(registry.value(MetricsRegistry.labelOverflowMetric, labels: ["push_test_calls_total", "bundle_id"]) == 1_900)
+        #expect(registry.value(MetricsRegistry.labelOverflowMetric, labels: ["push_test_seconds", "bundle_id"]) == 1_900)
+        #expect(registry.render().contains("push_metrics_label_overflow_total{metric=\"push_test_depth\",label=\"bundle_id\"} 1900"))
+        // Values admitted before the bound keep their own series; the label with few values is untouched.
+        counter.increment(labels: ["com.example.app0", "failed"])
+        #expect(registry.value("push_test_calls_total", labels: ["com.example.app0", "failed"]) == 1)
+    }
+
+    @Test func theBoundIsSetFromTheEnvironment() throws {
+        let registry = MetricsRegistry(maximumLabelValues: 3)
+        let counter = registry.counter("push_test_total", help: "T.", labelNames: ["app"])
+        for index in 0..<10 { counter.increment(labels: ["a\(index)"]) }
+        #expect(registry.seriesCount("push_test_total") == 4)
+        #expect(MetricsRegistry().maximumLabelValues == 100)
+        // No overflow yet: the overflow family is not rendered.
+        #expect(!MetricsRegistry().render().contains("overflow"))
+        let bad = EnvironmentConfig(["PUSH_METRICS_MAX_LABEL_VALUES": "0"])
+        #expect(throws: EnvironmentConfig.Error.self) { try MetricsRegistry.configureShared(environment: bad) }
+        #expect(MetricsRegistry.shared.maximumLabelValues == 100)
+    }
+
+    @Test func limiterKeepsTheFirstValuesAndAlwaysAllowsOther() {
+        var limiter = LabelValueLimiter(labelCount: 2)
+        #expect(limiter.limit(["a", "x"], maximum: 1) == (["a", "x"], []))
+        #expect(limiter.limit(["b", "x"], maximum: 1) == (["other", "x"], [0]))
+        #expect(limiter.limit(["b", "y"], maximum: 1) == (["other", "other"], [0, 1]))
+        #expect(limiter.limit(["other", "x"], maximum: 1) == (["other", "x"], []))
+        #expect(limiter.admittedCount(label: 0) == 1)
+    }
+}
