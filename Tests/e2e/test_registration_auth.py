@@ -430,3 +430,47 @@ def test_credentials_are_never_logged(keys):
         assert secret.split("_", 2)[2] not in log
     assert "eyJ" not in log  # the base64url of '{"' that starts every JWT part
     assert "authentication on" in log or "authentication keys reloaded" in log
+
+
+def test_hostile_calls_are_refused_in_the_documented_order(keys):
+    """Issue 23 on the running stack: a malformed body from an unauthenticated caller gets
+    UNAUTHENTICATED (not a parse error), a batch with a JWT is refused, ForgetUser refuses the user
+    ids RegisterToken refuses, and a batch counts its items against the key's rate."""
+    registry = stack.pb("token_registry_pb2")
+    garbage = b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+    for method in ["RegisterToken", "UnregisterToken", "BatchRegisterTokens", "ForgetUser"]:
+        for credential, expected in [("", grpc.StatusCode.UNAUTHENTICATED), (stack.api_key(), grpc.StatusCode.INVALID_ARGUMENT)]:
+            channel, _ = stub(credential)
+            with channel:
+                raw = channel.unary_unary(f"/push.v1.TokenRegistry/{method}", request_serializer=lambda b: b,
+                                          response_deserializer=lambda b: b)
+                assert code_of(lambda: raw(garbage, timeout=15)) == expected, (method, bool(credential))
+        address = stack.stack_env()["PUSH_GRPC_ADDRESS"]
+        status = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--http2-prior-knowledge",
+                                 "-H", "content-type: application/json", "--data-binary", '{"device": [',
+                                 f"http://{address}/push.v1.TokenRegistry/{method}"], capture_output=True, timeout=30).stdout
+        assert status == b"401", (method, status)
+
+    user = f"hostile-{uuid.uuid4()}"
+    channel, s = stub(user_jwt(keys, user))
+    with channel:
+        batch = registry.BatchRegisterTokensRequest(registrations=[registry.RegisterTokenRequest(device=random_device(BUNDLE, user=user))])
+        assert code_of(lambda: s.BatchRegisterTokens(batch, timeout=15)) == grpc.StatusCode.PERMISSION_DENIED
+
+    channel, s = stub(keys.admin)
+    with channel:
+        for bad in ["alice\x00evil", "tab\there", "a" * 256]:
+            assert code_of(lambda: s.ForgetUser(registry.ForgetUserRequest(bundle_id=BUNDLE, user_id=bad), timeout=15)) \
+                == grpc.StatusCode.INVALID_ARGUMENT, repr(bad)
+
+    # keys.limited holds at most 2 items: a batch of 5 registers at most 2, the rest answer RESOURCE_EXHAUSTED (8).
+    channel, s = stub(keys.limited)
+    with channel:
+        batch = registry.BatchRegisterTokensRequest(registrations=[registry.RegisterTokenRequest(device=random_device(BUNDLE))
+                                                                   for _ in range(5)])
+        replies = []
+        wait_for(lambda: code_of(lambda: replies.append(s.BatchRegisterTokens(batch, timeout=15))) == grpc.StatusCode.OK,
+                 what="a batch admitted by the limited key", timeout=30, interval=1.0)
+        codes = [result.code for result in replies[-1].results]
+        assert 1 <= codes.count(0) <= 2 and codes.count(0) + codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]) == 5, codes
+        assert codes == sorted(codes), "the first items go ahead"
