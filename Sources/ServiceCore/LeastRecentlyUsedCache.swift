@@ -64,18 +64,6 @@ public struct LeastRecentlyUsedCache<Key: Hashable & Sendable, Value: Sendable>:
         return evicted
     }
 
-    /// Removes entries whose key fails `keep` (a reload that dropped some keys).
-    public mutating func filter(keeping keep: (Key) -> Bool) {
-        var kept = LeastRecentlyUsedCache(capacity: capacity)
-        var slot = oldest
-        while slot >= 0 {
-            let entry = entries[slot]
-            if keep(entry.key) { kept.set(entry.value, forKey: entry.key) }
-            slot = entry.newer
-        }
-        self = kept
-    }
-
     private mutating func moveToFront(_ slot: Int) {
         guard slot != newest else { return }
         unlink(slot)

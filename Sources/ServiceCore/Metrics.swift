@@ -169,13 +169,18 @@ struct SeriesTable<Value: Sendable>: Sendable {
         limiter = LabelValueLimiter(labelCount: labelCount)
     }
 
-    /// The key `labels` are counted under: themselves when the series exists or every value is
-    /// admitted, else with each value beyond the bound replaced by `other` (indices in `overflowed`).
-    mutating func key(_ labels: [String], maximum: Int, overflowed: inout [Int]) -> [String] {
-        if series[labels] != nil || labels.isEmpty { return labels }
-        let limited = limiter.limit(labels, maximum: maximum)
-        overflowed = limited.overflowed
-        return limited.labels
+    /// Applies `change` to the series of `labels`, made with `make()` when new: the series of the
+    /// labels themselves when it exists (one lookup, the common case) or every value is admitted,
+    /// else the one with each value beyond the bound replaced by `other`.
+    /// - Returns: the indices of the labels replaced.
+    mutating func update(_ labels: [String], maximum: Int, make: () -> Value, _ change: (inout Value) -> Void) -> [Int] {
+        if let index = series.index(forKey: labels) {
+            change(&series.values[index])
+            return []
+        }
+        let limited = labels.isEmpty ? (labels: labels, overflowed: []) : limiter.limit(labels, maximum: maximum)
+        change(&series[limited.labels, default: make()])
+        return limited.overflowed
     }
 }
 
@@ -202,11 +207,7 @@ public final class Counter: MetricFamily {
         precondition(amount >= 0, "counter \(name) can only increase")
         precondition(labels.count == labelNames.count, "counter \(name) takes labels \(labelNames)")
         let maximum = limits.maximum.load(ordering: .relaxed)
-        var overflowed: [Int] = []
-        series.withLock { table in
-            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
-            table.series[key, default: 0] += amount
-        }
+        let overflowed = series.withLock { $0.update(labels, maximum: maximum, make: { 0 }) { $0 += amount } }
         if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }
 
@@ -252,11 +253,7 @@ public final class Gauge: MetricFamily {
     private func update(_ labels: [String], _ change: (inout Double) -> Void) {
         check(labels)
         let maximum = limits.maximum.load(ordering: .relaxed)
-        var overflowed: [Int] = []
-        series.withLock { table in
-            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
-            change(&table.series[key, default: 0])
-        }
+        let overflowed = series.withLock { $0.update(labels, maximum: maximum, make: { 0 }, change) }
         if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }
 
@@ -349,14 +346,12 @@ public final class Histogram: MetricFamily {
         let slot = buckets.firstIndex { value <= $0 } ?? buckets.count
         let width = buckets.count + 1
         let maximum = limits.maximum.load(ordering: .relaxed)
-        var overflowed: [Int] = []
-        series.withLock { table in
-            let key = table.key(labels, maximum: maximum, overflowed: &overflowed)
-            var entry = table.series[key] ?? Series(counts: Array(repeating: 0, count: width))
-            entry.counts[slot] += 1
-            entry.sum += value
-            entry.count += 1
-            table.series[key] = entry
+        let overflowed = series.withLock { table in
+            table.update(labels, maximum: maximum, make: { Series(counts: Array(repeating: 0, count: width)) }) { entry in
+                entry.counts[slot] += 1
+                entry.sum += value
+                entry.count += 1
+            }
         }
         if !overflowed.isEmpty { limits.record(overflowed, family: name, labelNames: labelNames) }
     }

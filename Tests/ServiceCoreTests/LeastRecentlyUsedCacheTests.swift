@@ -39,9 +39,6 @@ import Testing
             }
             #expect(cache.count == model.count)
         }
-        cache.filter { $0 % 2 == 0 }
-        model.removeAll { $0.key % 2 != 0 }
-        #expect(cache.count == model.count)
         for entry in model { #expect(cache.value(forKey: entry.key) == entry.value) }
     }
 }
