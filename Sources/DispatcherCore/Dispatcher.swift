@@ -125,6 +125,9 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.revocationTimeout = configuration.revokeDrain + .seconds(5)
         consumerConfiguration.fetchMaxWait = configuration.fetchMaxWait
         consumerConfiguration.additionalProperties = configuration.kafkaProperties
+        // Records the client cannot read are skipped by offset and dead-lettered (docs/kafka-consumer.md).
+        consumerConfiguration.unreadableRecordRetries = configuration.intake.consumerErrorRetries
+        consumerConfiguration.partitionStallThreshold = configuration.intake.partitionStall
         // A cancel takes effect on the poll thread, the moment the record arrives: under load the
         // intake task waits its turn on the cooperative pool behind every running send.
         consumerConfiguration.onReceipt = { [self] message in
@@ -536,12 +539,25 @@ public final class Dispatcher: Sendable {
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
     func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
+        var records = records
+        if records.contains(where: { $0.unreadableError != nil }) {
+            for message in records where message.unreadableError != nil { try await deadLetterUnreadable(message) }
+            records.removeAll { $0.unreadableError != nil }
+        }
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
             for message in records { try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) }
         }
+    }
+
+    /// A record the Kafka client could not read (the consumer skipped its offset): kept on the
+    /// dead-letter topic by offset, with `unreadable_by_client` set.
+    private func deadLetterUnreadable(_ message: KafkaMessage) async throws {
+        let error = "the Kafka client could not read the record at this offset (records compressed into the same batch are lost with it): \(message.unreadableError ?? "")"
+        try await feedback.deadLetter(message, error: error, rejectedBy: "dispatcher")
+        metrics.deadLetters.increment(labels: ["undecodable_batch"])
     }
 
     private func applyTokenEvents(_ records: [KafkaMessage]) async throws {

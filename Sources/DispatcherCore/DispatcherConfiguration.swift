@@ -103,6 +103,10 @@ public struct DispatcherConfiguration: Sendable {
     /// (`PUSH_TOKEN_*`, `PUSH_CAMPAIGN_RETENTION_DAYS`, docs/token-hygiene.md). Runs under its own
     /// lease of `campaigns.lease` length.
     public var tokenHygiene = TokenHygieneSettings()
+    /// Guards against hostile input on Kafka: unreadable records, send-request limits, token ownership
+    /// (`PUSH_CONSUMER_ERROR_RETRIES`, `PUSH_PARTITION_STALL_MS`, `PUSH_MAX_SEND_REQUEST_BYTES`,
+    /// `PUSH_MAX_TOKENS_PER_REQUEST`, `PUSH_TOKEN_REBIND_AFTER_DAYS`).
+    public var intake = IntakeSettings()
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

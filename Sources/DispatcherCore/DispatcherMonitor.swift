@@ -50,7 +50,16 @@ public final class DispatcherMonitor: Sendable {
             let lag = self?.consumer.withLock { $0 }?.health.statistics?.consumerLag ?? [:]
             return lag.sorted { $0.key < $1.key }.map { MetricSample(labels: [$0.key.topic, "\($0.key.partition.rawValue)"], value: Double($0.value)) }
         }
-        readiness.setInformational { [weak self] in self?.appleFindings() ?? [] }
+        registry.gaugeCallback(
+            "push_kafka_partition_stalled",
+            help: "1 while the Kafka client reports errors at an assigned partition's position and delivers nothing for PUSH_PARTITION_STALL_MS, else 0.",
+            labelNames: ["topic", "partition"]
+        ) { [weak self] in
+            guard let consumer = self?.consumer.withLock({ $0 }) else { return [] }
+            let stalled = consumer.stalledPartitions
+            return consumer.assignment.map { MetricSample(labels: [$0.topic, "\($0.partition.rawValue)"], value: stalled[$0] == nil ? 0 : 1) }
+        }
+        readiness.setInformational { [weak self] in (self?.partitionFindings() ?? []) + (self?.appleFindings() ?? []) }
     }
 
     /// Test hook (admin port `POST /debug/wedge-kafka-poll?seconds=N`, enabled by
@@ -110,6 +119,17 @@ public final class DispatcherMonitor: Sendable {
                 $0.lastReason = report.apnsReason.isEmpty ? (DispatcherMetrics.reasonLabel(report.outcomeReason) ?? "") : report.apnsReason
                 $0.lastAt = now
             }
+        }
+    }
+
+    /// One line per stalled partition (never a readiness condition: a restart would not read it either).
+    private func partitionFindings() -> [ProbeReport.Check] {
+        guard let consumer = consumer.withLock({ $0 }) else { return [] }
+        let now = Heartbeat.monotonicNanoseconds()
+        return consumer.stalledPartitions.sorted { $0.key < $1.key }.map { partition, stuck in
+            let age = Duration.nanoseconds(Int64(clamping: now > stuck.since ? now - stuck.since : 0))
+            return .init("kafka.partition_stalled", .info,
+                         "\(partition) at offset \(stuck.position): no record for \(age.secondsText) (\(stuck.lastError)); not a readiness condition")
         }
     }
 

@@ -91,9 +91,12 @@ public final class FeedbackPublisher: Sendable {
     /// Keeps `message` on the dead-letter topic with `error`, under its original key, with the
     /// original value's size and SHA-256; when the whole value would make the dead letter larger
     /// than `maxRecordBytes`, only its first bytes are kept and `original_value_truncated` is set.
+    /// A record the Kafka client could not read (`KafkaMessage.unreadableError`) is kept by its offset,
+    /// with `unreadable_by_client` set and nothing of its content.
     /// - Throws: `KafkaError` when Kafka did not acknowledge it.
     public func deadLetter(_ message: KafkaMessage, error: String, rejectedBy: String) async throws {
         var letter = DeadLetter()
+        letter.unreadableByClient = message.unreadableError != nil
         letter.sourceTopic = message.topic
         letter.sourcePartition = message.partition.rawValue
         letter.sourceOffset = message.offset.rawValue

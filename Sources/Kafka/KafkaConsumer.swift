@@ -120,6 +120,11 @@ public final class KafkaConsumer: Sendable {
     /// The partitions paused by the application (`pause`) right now, sorted.
     public var pausedPartitions: [KafkaTopicPartition] { core.applicationPaused }
 
+    /// Partitions without progress: the client reported errors at their position and delivered no record
+    /// for at least `KafkaConsumerConfiguration.partitionStallThreshold`, with the position and the last
+    /// error (docs/kafka-consumer.md "Records the client cannot read"). No I/O.
+    public var stalledPartitions: [KafkaTopicPartition: UnreadableRecordSkipper.Stuck] { core.stalledPartitions }
+
     /// The partitions assigned to this member right now.
     public var assignment: [KafkaTopicPartition] { core.assignment }
 
@@ -163,11 +168,16 @@ final class ConsumerCore: Sendable {
         var observers = 0
         /// The assignment and who paused which partition; applied to librdkafka under this lock.
         var partitions = PartitionPauseState()
+        /// Partitions whose client reports errors at their position (docs/kafka-consumer.md "Records
+        /// the client cannot read").
+        var unreadable: UnreadableRecordSkipper
         /// The poll thread waits on `spaceAvailable` for the reader to make room.
         var pollerWaiting = false
         var closing = false
         var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
+
+        init(retries: Int) { unreadable = UnreadableRecordSkipper(retries: retries) }
 
         var bufferedCount: Int { buffer.count - head }
 
@@ -205,7 +215,7 @@ final class ConsumerCore: Sendable {
 
     private let configuration: KafkaConsumerConfiguration
     private let logger: Logger
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     /// Errors, statistics and the poll thread's heartbeat (`kafka-consumer-poll`).
     let monitor = KafkaClientMonitor(heartbeatName: "kafka-consumer-poll")
     /// Serializes pause and resume decisions with their `rd_kafka_pause_partitions`/`_resume_` calls
@@ -220,6 +230,7 @@ final class ConsumerCore: Sendable {
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
         self.logger = logger
+        self.state = Mutex(State(retries: configuration.unreadableRecordRetries ?? Int.max))
         let monitor = self.monitor
         let context = RDKafkaContext(
             logger: logger,
@@ -316,6 +327,7 @@ final class ConsumerCore: Sendable {
             case .message(let message):
                 configuration.onReceipt?(message)
                 let waiter = state.withLock { s -> CheckedContinuation<KafkaMessage?, Never>? in
+                    s.unreadable.delivered(message.topicPartition)
                     if let waiter = s.messageWaiter {
                         s.messageWaiter = nil
                         return waiter
@@ -324,9 +336,10 @@ final class ConsumerCore: Sendable {
                     return nil
                 }
                 waiter?.resume(returning: message)
-            case .error(let error):
+            case .error(let error, let at):
                 logger.warning("consume error", ["error": "\(error)"])
                 state.withLock { $0.emit(.error(error)) }?.resume(returning: .error(error))
+                if let (partition, offset) = at { skipUnreadable(error, partition: partition, offset: offset, client: client) }
             }
         }
         // Leave the group: rd_kafka_consumer_close serves the final revocation on this thread.
@@ -350,6 +363,39 @@ final class ConsumerCore: Sendable {
         closeWaiters.forEach { $0.resume() }
     }
 
+    /// Poll thread: after a consumer error tied to `offset`, hands out the position as an unreadable
+    /// record and seeks past it when `UnreadableRecordSkipper` says so (only with
+    /// `unreadableRecordRetries` set).
+    private func skipUnreadable(_ error: KafkaError, partition: KafkaTopicPartition, offset: KafkaOffset, client: RDKafkaConsumerClient) {
+        let action = state.withLock { s in
+            s.unreadable.error(error.code, message: error.message, partition: partition, offset: offset, now: Heartbeat.monotonicNanoseconds())
+        }
+        guard case .skip(let skipped) = action, configuration.unreadableRecordRetries != nil else { return }
+        // Waits for the fetcher, so that nothing fetched from the old position arrives afterwards.
+        if let failure = client.seek(partition, to: skipped.next, timeoutMilliseconds: 5_000) {
+            logger.error("seek past an unreadable record failed", ["partition": "\(partition)", "offset": "\(skipped)", "error": "\(failure)"])
+            return
+        }
+        logger.error("record the client cannot read: skipped", ["partition": "\(partition)", "offset": "\(skipped)", "error": "\(error)"])
+        var record = KafkaMessage(topic: partition.topic, partition: partition.partition, offset: skipped, key: nil, value: [], headers: [], timestamp: nil)
+        record.unreadableError = "\(error.code.name): \(error.message)"
+        let waiter = state.withLock { s -> CheckedContinuation<KafkaMessage?, Never>? in
+            if let waiter = s.messageWaiter {
+                s.messageWaiter = nil
+                return waiter
+            }
+            s.buffer.append(record)
+            return nil
+        }
+        waiter?.resume(returning: record)
+    }
+
+    /// Partitions whose client reported errors at their position and delivered nothing for at least
+    /// `partitionStallThreshold`.
+    var stalledPartitions: [KafkaTopicPartition: UnreadableRecordSkipper.Stuck] {
+        state.withLock { $0.unreadable.stalled(now: Heartbeat.monotonicNanoseconds(), threshold: configuration.partitionStallThreshold) }
+    }
+
     /// Rebalance callback (poll thread). Assigned: returns whether the new partitions must be paused
     /// (the buffer is full). Revoked: returns whether some of them were paused (to be resumed once
     /// unassigned, as librdkafka keeps the flag).
@@ -364,6 +410,7 @@ final class ConsumerCore: Sendable {
             logger.info("partitions assigned", ["partitions": rebalance.partitions.map(\.description).joined(separator: ",")])
             let event = KafkaConsumerEvent.partitionsAssigned(rebalance.partitions)
             let (waiter, paused) = state.withLock { s in
+                s.unreadable.forget(rebalance.partitions)
                 let paused = s.partitions.assigned(rebalance.partitions)
                 return (s.emit(event), paused)
             }
@@ -381,6 +428,7 @@ final class ConsumerCore: Sendable {
                 s.buffer = Array(remaining)
                 s.head = 0
                 let wasPaused = s.partitions.revoked(rebalance.partitions)
+                s.unreadable.forget(rebalance.partitions)
                 return (s.emit(event), s.observers > 0, wasPaused)
             }
             waiter?.resume(returning: event)

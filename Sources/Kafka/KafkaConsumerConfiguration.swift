@@ -104,6 +104,16 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// How often librdkafka reports statistics (`statistics.interval.ms`), from which `health` reads
     /// broker connection states and, for a consumer, each partition's `consumer_lag`, without a broker query. Default 5 s; nil turns statistics off.
     public var statisticsInterval: Duration? = .seconds(5)
+    /// Records the client cannot read (docs/kafka-consumer.md "Records the client cannot read"): after
+    /// this many consumer errors at one partition's position (`_BAD_COMPRESSION`, `_BAD_MSG`,
+    /// `CORRUPT_MESSAGE`, `MSG_SIZE_TOO_LARGE`), the consumer hands out a record with
+    /// `KafkaMessage.unreadableError` set for that offset and seeks past it, one offset at a time until
+    /// a record is delivered. Nil (the default) never skips: the partition stays at the unreadable
+    /// record, as librdkafka leaves it. The dispatcher sets `PUSH_CONSUMER_ERROR_RETRIES` (default 3).
+    public var unreadableRecordRetries: Int? = nil
+    /// A partition whose client reported errors at its position and delivered no record for this long
+    /// counts as stalled (`KafkaConsumer.stalledPartitions`). Default 60 s.
+    public var partitionStallThreshold: Duration = .seconds(60)
     /// Any other librdkafka property, applied after the fields above (so it overrides them), for
     /// example the security settings of `KafkaSecurity.properties`. `allow.auto.create.topics` is
     /// always `false`.

@@ -15,6 +15,11 @@ public struct KafkaMessage: Sendable, Hashable {
     /// The record timestamp in milliseconds since the UNIX epoch (create or log-append time), or `nil`
     /// when the record carries none.
     public var timestamp: Int64?
+    /// Set when the Kafka client could not read the record at this offset (a batch it cannot
+    /// decompress or parse, see `UnreadableRecordSkipper`): librdkafka's error, while `key`, `value`
+    /// and `headers` are empty and `timestamp` is nil. Only consumers with
+    /// `KafkaConsumerConfiguration.unreadableRecordRetries` set hand such records out.
+    public var unreadableError: String?
 
     public init(
         topic: String, partition: KafkaPartition, offset: KafkaOffset, key: [UInt8]?, value: [UInt8],

@@ -62,6 +62,14 @@ public struct DeadLetter: ProtobufMessage {
     /// Field 12, `bool original_value_truncated`.
     public var originalValueTruncated: Bool = false
 
+    /// True when the Kafka client could not read the record at source_offset (a record batch it cannot
+    /// decompress or parse): original_key, original_value and original_headers are empty and
+    /// original_value_size is 0. Records compressed into the same batch are lost with it, each
+    /// dead-lettered by its offset.
+    ///
+    /// Field 13, `bool unreadable_by_client`.
+    public var unreadableByClient: Bool = false
+
     /// Fields this version does not know, kept from decoding and written back on encoding.
     public var unknownFields = UnknownFields()
 
@@ -167,7 +175,8 @@ public struct DeadLetter: ProtobufMessage {
         rejectedAtMs: Int64 = 0,
         originalValueSize: UInt64 = 0,
         originalValueSha256: [UInt8] = [],
-        originalValueTruncated: Bool = false
+        originalValueTruncated: Bool = false,
+        unreadableByClient: Bool = false
     ) {
         self.sourceTopic = sourceTopic
         self.sourcePartition = sourcePartition
@@ -181,6 +190,7 @@ public struct DeadLetter: ProtobufMessage {
         self.originalValueSize = originalValueSize
         self.originalValueSha256 = originalValueSha256
         self.originalValueTruncated = originalValueTruncated
+        self.unreadableByClient = unreadableByClient
     }
 
     /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
@@ -213,6 +223,8 @@ public struct DeadLetter: ProtobufMessage {
                 self.originalValueSha256 = try reader.read(ProtobufBytes.self)
             case (12, .varint):
                 self.originalValueTruncated = try reader.read(ProtobufBool.self)
+            case (13, .varint):
+                self.unreadableByClient = try reader.read(ProtobufBool.self)
             default:
                 return false
             }
@@ -236,6 +248,7 @@ public struct DeadLetter: ProtobufMessage {
         case 10: "original_value_size"
         case 11: "original_value_sha256"
         case 12: "original_value_truncated"
+        case 13: "unreadable_by_client"
         default: String(number)
         }
     }
@@ -254,6 +267,7 @@ public struct DeadLetter: ProtobufMessage {
         if self.originalValueSize != 0 { writer.writeField(ProtobufUInt64.self, self.originalValueSize, number: 10) }
         if !self.originalValueSha256.isEmpty { writer.writeField(ProtobufBytes.self, self.originalValueSha256, number: 11) }
         if self.originalValueTruncated { writer.writeField(ProtobufBool.self, self.originalValueTruncated, number: 12) }
+        if self.unreadableByClient { writer.writeField(ProtobufBool.self, self.unreadableByClient, number: 13) }
         writer.writeUnknownFields(unknownFields)
     }
 
@@ -299,6 +313,9 @@ public struct DeadLetter: ProtobufMessage {
                 case "originalValueTruncated", "original_value_truncated":
                     try seen.see(field: 12)
                     if !member.value.isNull { self.originalValueTruncated = try ProtobufBool.readJSON(member.value) }
+                case "unreadableByClient", "unreadable_by_client":
+                    try seen.see(field: 13)
+                    if !member.value.isNull { self.unreadableByClient = try ProtobufBool.readJSON(member.value) }
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -322,5 +339,6 @@ public struct DeadLetter: ProtobufMessage {
         if self.originalValueSize != 0 { writer.writeField(ProtobufUInt64.self, self.originalValueSize, jsonName: "originalValueSize", protoName: "original_value_size") }
         if !self.originalValueSha256.isEmpty { writer.writeField(ProtobufBytes.self, self.originalValueSha256, jsonName: "originalValueSha256", protoName: "original_value_sha256") }
         if self.originalValueTruncated { writer.writeField(ProtobufBool.self, self.originalValueTruncated, jsonName: "originalValueTruncated", protoName: "original_value_truncated") }
+        if self.unreadableByClient { writer.writeField(ProtobufBool.self, self.unreadableByClient, jsonName: "unreadableByClient", protoName: "unreadable_by_client") }
     }
 }

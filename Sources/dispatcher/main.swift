@@ -53,6 +53,7 @@ do {
     configuration.defaultEnvironment = try env.choice(
         "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
     configuration.campaigns = try CampaignSettings.fromEnvironment(env)
+    configuration.intake = try IntakeSettings.fromEnvironment(env)
     // "PUSH_APNS_OTHER_ENVIRONMENT_RETRY": apps with one try on the other APNs environment after BadDeviceToken.
     configuration.otherEnvironmentRetry = try OtherEnvironmentRetrySettings.fromEnvironment(env)
     // Token hygiene (docs/token-hygiene.md): stale ageing and inactive-row deletion are off until set.

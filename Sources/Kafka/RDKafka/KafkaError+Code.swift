@@ -51,6 +51,11 @@ extension KafkaError {
         public static let noOffset = Code(RD_KAFKA_RESP_ERR__NO_OFFSET)
         /// The consumer is not in a group state that allows this (`_STATE`).
         public static let state = Code(RD_KAFKA_RESP_ERR__STATE)
+        /// A fetched record batch could not be decompressed (`_BAD_COMPRESSION`), for example when it
+        /// would expand past `receive.message.max.bytes`.
+        public static let badCompression = Code(RD_KAFKA_RESP_ERR__BAD_COMPRESSION)
+        /// A fetched record batch could not be parsed or failed its CRC check (`_BAD_MSG`).
+        public static let badMessage = Code(RD_KAFKA_RESP_ERR__BAD_MSG)
 
         // MARK: Kafka protocol codes
 
@@ -64,6 +69,8 @@ extension KafkaError {
         public static let requestTimedOut = Code(RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT)
         /// The message exceeds the broker's size limit (10, `MSG_SIZE_TOO_LARGE`).
         public static let messageSizeTooLarge = Code(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+        /// The broker found a record corrupt, e.g. a CRC mismatch (2, `CORRUPT_MESSAGE`).
+        public static let corruptMessage = Code(RD_KAFKA_RESP_ERR_INVALID_MSG)
         /// A network problem on the broker side (13, `NETWORK_EXCEPTION`).
         public static let networkException = Code(RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION)
         /// The group coordinator is loading (14, `COORDINATOR_LOAD_IN_PROGRESS`).

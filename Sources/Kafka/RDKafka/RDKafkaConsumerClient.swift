@@ -11,7 +11,8 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
     enum PollResult {
         case nothing
         case message(KafkaMessage)
-        case error(KafkaError)
+        /// A consumer error; `at` is the partition and offset it concerns, when librdkafka names them.
+        case error(KafkaError, at: (KafkaTopicPartition, KafkaOffset)?)
     }
 
     private let handle: OpaquePointer
@@ -68,8 +69,13 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
             if let payload = m.payload, m.len > 0 {
                 text = String(decoding: UnsafeRawBufferPointer(start: payload, count: m.len), as: UTF8.self)
             }
-            if let rkt = m.rkt { text += " (\(String(cString: rd_kafka_topic_name(rkt)))[\(m.partition)])" }
-            return .error(KafkaError(m.err, text))
+            var at: (KafkaTopicPartition, KafkaOffset)?
+            if let rkt = m.rkt {
+                let topic = String(cString: rd_kafka_topic_name(rkt))
+                text += " (\(topic)[\(m.partition)] at offset \(m.offset))"
+                if m.partition >= 0 { at = (KafkaTopicPartition(topic: topic, partition: KafkaPartition(rawValue: m.partition)), KafkaOffset(rawValue: m.offset)) }
+            }
+            return .error(KafkaError(m.err, text), at: at)
         }
         let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
         let key = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
@@ -161,6 +167,18 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
             result[partition] = element.offset >= 0 ? KafkaOffset(rawValue: element.offset) : .some(nil)
         }
         return result
+    }
+
+    /// `rd_kafka_seek_partitions`: the partition's next fetch starts at `offset`. Waits up to
+    /// `timeoutMilliseconds` for the fetcher to apply it, so that nothing fetched from the old position
+    /// is returned afterwards.
+    func seek(_ partition: KafkaTopicPartition, to offset: KafkaOffset, timeoutMilliseconds: Int32) -> KafkaError? {
+        let list = Self.makeList([partition])
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        list.pointee.elems[0].offset = offset.rawValue
+        if let error = rd_kafka_seek_partitions(handle, list, timeoutMilliseconds) { return KafkaError.consuming(error) }
+        let element = list.pointee.elems[0]
+        return element.err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(element.err)
     }
 
     /// `rd_kafka_pause_partitions`: stop fetching; the fetch position stays at the next undelivered record.

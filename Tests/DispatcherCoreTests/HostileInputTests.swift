@@ -1,0 +1,227 @@
+import APNs
+import Foundation
+import Kafka
+import Postgres
+import PushMessages
+import PushTestSupport
+import ServiceCore
+import Testing
+
+@testable import DispatcherCore
+
+/// A running `Dispatcher` on a real PostgreSQL and librdkafka's Kafka-protocol broker, for what hostile
+/// producers can put on the bus (README "Security"). Nothing here reaches APNs: the sender fails the
+/// test if it is called.
+final class DispatcherHarness: Sendable {
+    struct NoSender: NotificationSender {
+        func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsResponse {
+            Issue.record("no notification should reach APNs in this test")
+            throw CancellationError()
+        }
+        func retryDeadline(for request: APNsRequest, now: Date?) -> Date { Date() }
+    }
+
+    let pool: PostgresPool
+    let store: TokenStore
+    let cluster: KafkaMockCluster
+    let producer: KafkaProducer
+    let topics: DispatcherConfiguration.Topics
+    let registry = MetricsRegistry()
+    let monitor: DispatcherMonitor
+    let dispatcher: Dispatcher
+    let shutdown = GracefulShutdown()
+    let task: Task<Void, any Error>
+
+    /// The consumer's decompression limit here (`receive.message.max.bytes`): a zstd record of 3 MB of
+    /// zeros expands past it and librdkafka reports `_BAD_COMPRESSION`, as a record of about 94 MB
+    /// does under the default limit of 100 MB.
+    static let receiveLimit = 1_100_000
+
+    init(intake: IntakeSettings = IntakeSettings()) async throws {
+        pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 4))
+        try await pool.start()
+        store = TokenStore(pool: pool)
+        try await store.migrate()
+        cluster = try KafkaMockCluster(brokers: 1)
+        var topics = DispatcherConfiguration.Topics()
+        let suffix = UUID().uuidString.prefix(8)
+        topics.tokenEvents = "token-events-\(suffix)"
+        topics.sendRequests = "send-requests-\(suffix)"
+        topics.feedback = "feedback-\(suffix)"
+        topics.deadLetter = "dead-letter-\(suffix)"
+        for topic in topics.all { try cluster.createTopic(topic, partitions: 1) }
+        self.topics = topics
+        var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers])
+        producerConfiguration.maxMessageBytes = 10_000_000
+        producer = try KafkaProducer(configuration: producerConfiguration)
+        var configuration = DispatcherConfiguration(bootstrapServers: [cluster.bootstrapServers], instanceID: "test-\(suffix)")
+        configuration.consumerGroup = "dispatcher-\(suffix)"
+        configuration.topics = topics
+        configuration.sessionTimeout = .seconds(6)
+        configuration.fetchMaxWait = .milliseconds(10)
+        configuration.intake = intake
+        configuration.campaigns.runnerEnabled = false
+        configuration.sendLogRetention = nil
+        configuration.kafkaProperties = [
+            "receive.message.max.bytes": String(Self.receiveLimit), "fetch.max.bytes": "1000000",
+            "max.partition.fetch.bytes": "1000000", "fetch.error.backoff.ms": "50",
+        ]
+        monitor = DispatcherMonitor(registry: registry)
+        let dispatcher = Dispatcher(
+            configuration: configuration, store: store, sender: NoSender(), producer: producer,
+            logger: Logger(label: "test.dispatcher", logLevel: .error), monitor: monitor, metrics: registry)
+        self.dispatcher = dispatcher
+        let shutdown = self.shutdown
+        task = Task { try await dispatcher.run(shutdown: shutdown) }
+    }
+
+    func stop() async throws {
+        shutdown.trigger()
+        try await task.value
+        await producer.shutdown()
+        await pool.close()
+    }
+
+    /// Writes `value` to `topic` in a batch of its own; zstd-compressed when `compressed`.
+    @discardableResult
+    func produce(_ topic: String, key: String, value: [UInt8], contentType: String? = nil, compressed: Bool = false) async throws -> KafkaOffset {
+        let headers = contentType.map { [KafkaHeader(name: "content-type", value: $0)] } ?? []
+        if compressed {
+            var configuration = KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers])
+            configuration.maxMessageBytes = 10_000_000
+            configuration.additionalProperties["compression.codec"] = "zstd"
+            let zstd = try KafkaProducer(configuration: configuration)
+            let report = try await zstd.send(topic: topic, key: key, value: value, headers: headers)
+            await zstd.shutdown()
+            return report.offset
+        }
+        return try await producer.send(topic: topic, key: key, value: value, headers: headers).offset
+    }
+
+    /// Every record of `topic` until `done` holds for what was read, failing after `timeout`.
+    func read(_ topic: String, timeout: Duration = .seconds(30), until done: ([KafkaMessage]) -> Bool) async throws -> [KafkaMessage] {
+        var configuration = KafkaConsumerConfiguration(bootstrapServers: [cluster.bootstrapServers], groupID: "reader-\(UUID())", topics: [topic])
+        configuration.sessionTimeout = .seconds(6)
+        configuration.fetchMaxWait = .milliseconds(10)
+        let consumer = try KafkaConsumer(configuration: configuration)
+        var records: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + timeout
+        while !done(records) {
+            guard ContinuousClock.now < deadline else {
+                await consumer.close()
+                throw TestFailure("\(topic): \(records.count) records read in \(timeout), condition not met")
+            }
+            let batch = try await withThrowingTaskGroup(of: [KafkaMessage].self) { group in
+                group.addTask { await consumer.nextMessages(maxCount: 1_000) }
+                group.addTask {
+                    try await Task.sleep(for: .milliseconds(500))
+                    return []
+                }
+                let first = try await group.next() ?? []
+                group.cancelAll()
+                return first
+            }
+            records += batch
+        }
+        await consumer.close()
+        return records
+    }
+
+    func deadLetters(until done: ([DeadLetter]) -> Bool) async throws -> [DeadLetter] {
+        let records = try await read(topics.deadLetter) { records in done(records.compactMap { try? DeadLetter(protobufBytes: $0.value) }) }
+        return try records.map { try DeadLetter(protobufBytes: $0.value) }
+    }
+
+    /// Waits until `condition` holds, checking every 50 ms.
+    func eventually(_ what: String, timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestFailure("not within \(timeout): \(what)")
+    }
+
+    func stalled(_ topic: String) -> Double? { registry.value("push_kafka_partition_stalled", labels: [topic, "0"]) }
+
+    static func registration(token: String, bundleID: String, userID: String, eventTimeMs: Int64) -> TokenEvent {
+        var device = Device()
+        device.deviceToken = token
+        device.bundleID = bundleID
+        device.environment = .production
+        device.userID = userID
+        return TokenEvent(eventID: UUID().uuidString, action: .registered, device: device, eventTimeMs: eventTimeMs)
+    }
+}
+
+@Suite(.testDatabase, .serialized, .timeLimit(.minutes(2)))
+struct HostileInputTests {
+    init() { ProcessSignals.ignoreSIGPIPE() }
+
+    static let huge = [UInt8](repeating: 0, count: 3_000_000)
+
+    /// Two zstd records the client cannot decompress block neither topic: each is dead-lettered by its
+    /// offset (`unreadable_by_client`, counted as `undecodable_batch`), the record written after it in
+    /// a batch of its own is handled, the offsets are committed past them and the stall gauge is 0.
+    @Test func unreadableBatchesAreDeadLetteredByOffsetAndTheNextRecordIsHandled() async throws {
+        let harness = try await DispatcherHarness()
+        let token = String(repeating: "ab", count: 32)
+        let before = MetricsRegistry.shared.value("push_dead_letters_total", labels: ["undecodable_batch"]) ?? 0
+        // Token events: two unreadable batches, then a registration.
+        #expect(try await harness.produce(harness.topics.tokenEvents, key: token, value: Self.huge, compressed: true) == 0)
+        #expect(try await harness.produce(harness.topics.tokenEvents, key: token, value: Self.huge, compressed: true) == 1)
+        let event = DispatcherHarness.registration(token: token, bundleID: "com.example.app", userID: "u1", eventTimeMs: Int64(Date().timeIntervalSince1970 * 1000))
+        #expect(try await harness.produce(harness.topics.tokenEvents, key: token, value: event.serializedBytes(), contentType: TokenEvent.protobufContentType) == 2)
+        // Send requests: one unreadable batch, then a request to a user without tokens.
+        #expect(try await harness.produce(harness.topics.sendRequests, key: "r-bad", value: Self.huge, compressed: true) == 0)
+        var notification = PushMessages.Notification()
+        notification.bundleID = "com.example.app"
+        notification.pushType = .alert
+        notification.payload = #"{"aps":{"alert":"hi"}}"#
+        let request = SendRequest(requestID: "r-after", target: .userIDs(UserIds(userIDs: ["nobody"])), notification: notification)
+        #expect(try await harness.produce(harness.topics.sendRequests, key: "r-after", value: request.serializedBytes(), contentType: SendRequest.protobufContentType) == 1)
+
+        try await harness.eventually("the registration after the unreadable batches applied") {
+            try await harness.store.pool.query("SELECT 1 FROM device_tokens WHERE device_token = '\(token)'").count == 1
+        }
+        let completed = try await harness.read(harness.topics.feedback) { records in
+            records.contains { record in
+                if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { return completed.requestID == "r-after" }
+                return false
+            }
+        }
+        #expect(!completed.isEmpty)
+        let letters = try await harness.deadLetters { $0.count >= 3 }
+        let byTopic = Dictionary(grouping: letters, by: \.sourceTopic)
+        #expect(byTopic[harness.topics.tokenEvents]?.map(\.sourceOffset).sorted() == [0, 1])
+        #expect(byTopic[harness.topics.sendRequests]?.map(\.sourceOffset) == [0])
+        for letter in letters {
+            #expect(letter.unreadableByClient)
+            #expect(letter.originalValueSize == 0 && letter.originalValue.isEmpty && letter.originalKey.isEmpty)
+            #expect(letter.error.contains("_BAD_COMPRESSION"), "\(letter.error)")
+            #expect(letter.rejectedBy == "dispatcher")
+        }
+        #expect((MetricsRegistry.shared.value("push_dead_letters_total", labels: ["undecodable_batch"]) ?? 0) - before == 3)
+        #expect(harness.stalled(harness.topics.tokenEvents) == 0)
+        #expect(harness.stalled(harness.topics.sendRequests) == 0)
+        try await harness.stop()
+    }
+
+    /// A partition the client cannot read past (skipping set far off) is reported stalled after
+    /// `PUSH_PARTITION_STALL_MS`: the gauge is 1 and `/readyz`'s body names it, while the service stays
+    /// ready.
+    @Test func aStalledPartitionIsAGaugeAndAReadinessLineNotAReadinessFailure() async throws {
+        var intake = IntakeSettings()
+        intake.consumerErrorRetries = 1_000_000
+        intake.partitionStall = .milliseconds(200)
+        let harness = try await DispatcherHarness(intake: intake)
+        try await harness.produce(harness.topics.sendRequests, key: "r-bad", value: Self.huge, compressed: true)
+        try await harness.eventually("stall gauge at 1") { harness.stalled(harness.topics.sendRequests) == 1 }
+        #expect(harness.stalled(harness.topics.tokenEvents) == 0)
+        let report = harness.monitor.readiness.inputs()
+        let lines = report.informational.filter { $0.name == "kafka.partition_stalled" }
+        #expect(lines.count == 1)
+        #expect(lines.first?.detail.contains("\(harness.topics.sendRequests)[0] at offset 0") == true, "\(lines)")
+        try await harness.stop()
+    }
+}
