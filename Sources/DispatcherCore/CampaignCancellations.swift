@@ -28,10 +28,13 @@ public final class CampaignCancellations: Sendable {
     /// The `CancelRequest` a record carries, when its content type names one
     /// (docs/contracts.md "Scheduling and cancelling"); nil for any other record.
     /// - Throws: `SendRequestDecoder.Rejection` when it names `CancelRequest` but cannot be used
-    ///   (undecodable, no request id, or a request id other than the record's key).
-    public static func cancelRequest(in message: KafkaMessage) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
+    ///   (undecodable, larger than `maxBytes`, no request id, or a request id other than the record's key).
+    public static func cancelRequest(in message: KafkaMessage, maxBytes: Int = SendRequestDecoder.Limits().maxBytes) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
         let header = RecordContentType(of: message)
         guard header.message == CancelRequest.protoMessageName else { return nil }
+        guard message.value.count <= maxBytes else {
+            throw .init("record value: \(message.value.count) bytes; at most \(maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)", reason: "send_request_too_large")
+        }
         let contentType = header.text
         let cancel: CancelRequest
         do {

@@ -613,11 +613,11 @@ public final class Dispatcher: Sendable {
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
-            if let cancel = try CampaignCancellations.cancelRequest(in: message) {
+            if let cancel = try CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) {
                 try await applyCancel(cancel)
                 return
             }
-            request = try SendRequestDecoder.decode(message)
+            request = try SendRequestDecoder.decode(message, limits: configuration.intake.sendRequestLimits)
         } catch let error as SendRequestDecoder.Rejection {
             let trace = TraceParent.resolve([headerTrace]).trace
             logger.warning("send request rejected", [
@@ -625,7 +625,7 @@ public final class Dispatcher: Sendable {
                 "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "", "trace_id": trace.traceID,
             ])
             try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
-            metrics.deadLetters.increment(labels: ["invalid_send_request"])
+            metrics.deadLetters.increment(labels: [error.reason])
             // Tell the producer too: its request finishes visibly, with the reason.
             if let key = message.key, !key.isEmpty {
                 var completed = RequestCompleted()
@@ -674,7 +674,7 @@ extension Dispatcher {
     /// order: the in-process flag at once, the campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
     /// again before its offset is stored).
     fileprivate func applyCancelOnReceipt(_ message: KafkaMessage) {
-        guard let cancel = try? CampaignCancellations.cancelRequest(in: message) else { return }
+        guard let cancel = try? CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) else { return }
         cancellations.insert(cancel.requestID)
         Task { [campaignStore, clock] in
             _ = try? await campaignStore.requestCancel(

@@ -24,6 +24,11 @@ public struct IntakeSettings: Sendable, Equatable {
     /// The defaults.
     public init() {}
 
+    /// The bounds `SendRequestDecoder` enforces.
+    public var sendRequestLimits: SendRequestDecoder.Limits {
+        SendRequestDecoder.Limits(maxBytes: maxSendRequestBytes, maxTokens: maxTokensPerRequest)
+    }
+
     /// Reads `PUSH_CONSUMER_ERROR_RETRIES` (1…1,000), `PUSH_PARTITION_STALL_MS` (1 ms … 1 day),
     /// `PUSH_MAX_SEND_REQUEST_BYTES` (1 KiB … 1 GiB), `PUSH_MAX_TOKENS_PER_REQUEST` (1…1,000,000) and
     /// `PUSH_TOKEN_REBIND_AFTER_DAYS` (0…36,500).

@@ -8,14 +8,44 @@ import PushMessages
 public enum SendRequestDecoder {
     /// A record that cannot be sent: why, naming the field.
     public struct Rejection: Error, Sendable, CustomStringConvertible {
+        /// What is wrong, naming the field.
         public let description: String
-        init(_ description: String) { self.description = description }
+        /// The dead-letter reason (`push_dead_letters_total{reason}`): `invalid_send_request`,
+        /// `send_request_too_large` or `too_many_tokens`.
+        public let reason: String
+        init(_ description: String, reason: String = "invalid_send_request") {
+            self.description = description
+            self.reason = reason
+        }
+    }
+
+    /// Bounds on one decoded send request (`IntakeSettings`), enforced before and while decoding.
+    public struct Limits: Sendable, Equatable {
+        /// Most bytes of the record's value as the Kafka client hands it over (decompressed).
+        public var maxBytes: Int
+        /// Most entries of `device_tokens` or `user_ids`.
+        public var maxTokens: Int
+
+        /// - Parameters: see the fields; defaults 4 MiB and 10,000 (`IntakeSettings`).
+        public init(maxBytes: Int = 4 * 1024 * 1024, maxTokens: Int = 10_000) {
+            self.maxBytes = maxBytes
+            self.maxTokens = maxTokens
+        }
     }
 
     /// Decodes by the record's `content-type` header: proto3 JSON for `application/json`, protobuf
     /// otherwise (the header may be absent).
-    /// - Throws: `Rejection` for an undecodable or invalid request.
-    public static func decode(_ message: KafkaMessage) throws(Rejection) -> SendRequest {
+    ///
+    /// The value is refused unread when it exceeds `limits.maxBytes`; a list of more than
+    /// `limits.maxTokens` device tokens or user ids is refused before any of it is built (protobuf: the
+    /// entries are counted on the wire first; JSON: the parser stops at the first entry past the limit).
+    /// - Throws: `Rejection` for an undecodable, invalid or oversized request.
+    public static func decode(_ message: KafkaMessage, limits: Limits = Limits()) throws(Rejection) -> SendRequest {
+        guard message.value.count <= limits.maxBytes else {
+            throw Rejection(
+                "record value: \(message.value.count) bytes (after the Kafka client decompressed it); at most \(limits.maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
+                reason: "send_request_too_large")
+        }
         let header = RecordContentType(of: message)
         let contentType = header.text
         let isJSON = header.isJSON
@@ -28,15 +58,56 @@ public enum SendRequestDecoder {
         var request: SendRequest
         do {
             if isJSON {
-                request = try SendRequest(jsonUTF8: message.value)
+                // No JSON array or object of a send request may hold more entries than a token list.
+                request = try SendRequest(jsonUTF8: message.value, options: JSONDecodingOptions(maximumElements: limits.maxTokens))
             } else {
+                try checkTargetSize(message.value, maxTokens: limits.maxTokens)
                 request = try SendRequest(protobufBytes: message.value)
             }
+        } catch let error as Rejection {
+            throw error
+        } catch let error as ProtobufError where error.code == .tooManyElements {
+            throw tooManyTokens(limits.maxTokens, detail: "\(error)")
         } catch {
             throw Rejection("undecodable SendRequest (content-type \"\(contentType)\"): \(error)")
         }
         try check(request)
         return request
+    }
+
+    private static func tooManyTokens(_ maxTokens: Int, detail: String) -> Rejection {
+        Rejection(
+            "target: more than \(maxTokens) device tokens or user ids (PUSH_MAX_TOKENS_PER_REQUEST); send a larger audience as a campaign (\(detail))",
+            reason: "too_many_tokens")
+    }
+
+    /// Counts the entries of `device_tokens` (field 2) and `user_ids` (field 3) of a protobuf
+    /// `SendRequest` on the wire, without building any of them; repeated occurrences of the target
+    /// field merge, so their entries add up.
+    /// - Throws: `Rejection` (`too_many_tokens`) past `maxTokens`; `ProtobufError` for bad framing.
+    static func checkTargetSize(_ bytes: [UInt8], maxTokens: Int) throws -> Void {
+        var reader = ProtobufReader(bytes: bytes)
+        var count = 0
+        while let tag = try reader.readTag() {
+            guard tag.number == 2 || tag.number == 3, tag.wireType == .lengthDelimited else {
+                try reader.skipField(tag)
+                continue
+            }
+            let counted = count
+            count += try reader.readEmbedded { (list: inout ProtobufReader) throws(ProtobufError) -> Int in
+                var entries = 0
+                while let entry = try list.readTag() {
+                    if entry.number == 1 {
+                        entries += 1
+                        // Stop at the first entry past the limit; the rest is never read.
+                        if counted + entries > maxTokens { return entries }
+                    }
+                    try list.skipField(entry)
+                }
+                return entries
+            }
+            if count > maxTokens { throw tooManyTokens(maxTokens, detail: "stopped at entry \(count)") }
+        }
     }
 
     /// Checks what the dispatcher needs before any token is looked up.

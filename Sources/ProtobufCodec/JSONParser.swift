@@ -3,8 +3,20 @@ struct JSONParser {
     let bytes: [UInt8]
     var position = 0
     var depth = 0
+    /// Most members of one object or elements of one array; more throw `.tooManyElements` at once,
+    /// before the rest is parsed.
+    let maximumElements: Int
 
-    init(bytes: [UInt8]) { self.bytes = bytes }
+    init(bytes: [UInt8], maximumElements: Int = .max) {
+        self.bytes = bytes
+        self.maximumElements = maximumElements
+    }
+
+    private func checkCount(_ count: Int, _ what: String) throws(ProtobufError) {
+        guard count < maximumElements else {
+            throw ProtobufError(.tooManyElements, "a JSON \(what) with more than \(maximumElements) entries", offset: position)
+        }
+    }
 
     private func error(_ message: String, at offset: Int? = nil) -> ProtobufError {
         let at = offset ?? position
@@ -91,6 +103,7 @@ struct JSONParser {
             }
             position += 1
             skipWhitespace()
+            try checkCount(members.count, "object")
             members.append(JSONObject.Member(key: key, value: try parseValue()))
             skipWhitespace()
             guard position < bytes.count else { throw error("unterminated object") }
@@ -114,6 +127,7 @@ struct JSONParser {
         }
         while true {
             skipWhitespace()
+            try checkCount(elements.count, "array")
             elements.append(try parseValue())
             skipWhitespace()
             guard position < bytes.count else { throw error("unterminated array") }

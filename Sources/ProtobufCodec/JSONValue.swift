@@ -20,8 +20,10 @@ public indirect enum JSONValue: Sendable, Hashable {
     /// Parses one JSON document (UTF-8, optional surrounding whitespace).
     /// - Throws: `ProtobufError` `.invalidJSON` with the byte offset, `.invalidUTF8`, or
     ///   `.nestingTooDeep` past 100 levels.
-    public init(parsing bytes: [UInt8]) throws(ProtobufError) {
-        var parser = JSONParser(bytes: bytes)
+    /// - Parameter maximumElements: most members of one object or elements of one array; past it
+    ///   parsing stops with `.tooManyElements` (a bound on what hostile input can make it allocate).
+    public init(parsing bytes: [UInt8], maximumElements: Int = .max) throws(ProtobufError) {
+        var parser = JSONParser(bytes: bytes, maximumElements: maximumElements)
         self = try parser.parseDocument()
     }
 

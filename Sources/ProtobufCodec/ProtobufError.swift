@@ -10,7 +10,8 @@ public struct ProtobufError: Error, Sendable, Hashable, CustomStringConvertible 
         private enum Value: String, Sendable, Hashable {
             case truncated, malformedVarint, invalidWireType, invalidFieldNumber, lengthPastEnd,
                  invalidUTF8, unmatchedGroup, nestingTooDeep, invalidJSON, jsonTypeMismatch,
-                 jsonValueOutOfRange, unknownJSONField, duplicateJSONField, unknownEnumName, invalidBase64
+                 jsonValueOutOfRange, unknownJSONField, duplicateJSONField, unknownEnumName, invalidBase64,
+                 tooManyElements
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -45,6 +46,8 @@ public struct ProtobufError: Error, Sendable, Hashable, CustomStringConvertible 
         public static let unknownEnumName = Code(.unknownEnumName)
         /// A `bytes` value in JSON is not base64 (standard or URL-safe alphabet).
         public static let invalidBase64 = Code(.invalidBase64)
+        /// A JSON object or array with more entries than `JSONDecodingOptions.maximumElements`.
+        public static let tooManyElements = Code(.tooManyElements)
 
         public var description: String { value.rawValue }
     }

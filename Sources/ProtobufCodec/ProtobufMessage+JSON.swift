@@ -6,7 +6,7 @@ extension ProtobufMessage {
     /// - Throws: `ProtobufError` whose description names the field path, such as
     ///   `notification.priority: expected an integer, found a string`.
     public init(jsonUTF8 bytes: [UInt8], options: JSONDecodingOptions = JSONDecodingOptions()) throws(ProtobufError) {
-        self = try JSONValue(parsing: bytes).decodeMessage(Self.self, options: options)
+        self = try JSONValue(parsing: bytes, maximumElements: options.maximumElements).decodeMessage(Self.self, options: options)
     }
 
     /// Decodes a message from proto3 JSON held in any byte collection (such as `Data`).

@@ -240,6 +240,27 @@ public struct ProtobufReader: Sendable {
         limit = savedLimit
     }
 
+    /// Reads a length-delimited field as an embedded message and runs `body` over its fields only,
+    /// without decoding it (for a look at the wire before the real decode, such as counting the
+    /// entries of a repeated field). Afterwards the reader is past the field.
+    /// - Throws: the framing errors of `readLengthDelimitedRange`, `.nestingTooDeep`, and what
+    ///   `body` throws.
+    public mutating func readEmbedded<T>(_ body: (inout ProtobufReader) throws(ProtobufError) -> T) throws(ProtobufError) -> T {
+        let range = try readLengthDelimitedRange()
+        let savedLimit = limit
+        position = range.lowerBound
+        limit = range.upperBound
+        depth += 1
+        guard depth <= Self.maximumDepth else {
+            throw ProtobufError(.nestingTooDeep, "messages nested deeper than \(Self.maximumDepth)", offset: position)
+        }
+        let result = try body(&self)
+        depth -= 1
+        position = range.upperBound
+        limit = savedLimit
+        return result
+    }
+
     /// Reads one entry of a map field and stores it in `map` (a repeated key replaces the value).
     /// A missing key or value takes its type's default; unknown fields inside the entry are dropped.
     @inlinable
