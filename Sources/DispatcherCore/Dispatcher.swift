@@ -573,21 +573,51 @@ public final class Dispatcher: Sendable {
         }
         guard !events.isEmpty else { return }
         do {
-            try await announceForgotten(store.applyBatch(events.map(\.1)).forgotten)
-            metrics.tokenEventsApplied.increment(by: Double(events.count))
+            let applied = try await store.applyBatch(events.map(\.1))
+            try await deadLetterRefused(applied.refused, of: events)
+            try await announceForgotten(applied.forgotten)
+            metrics.tokenEventsApplied.increment(by: Double(events.count - applied.refused.count))
         } catch let error as PostgresError where error.isCausedByTheData {
             // One event of the batch is refused for its content: apply them one by one, so that only
             // that one goes to the dead-letter topic.
             for (message, event) in events {
                 do {
-                    try await announceForgotten(store.applyOne(event).forgotten)
-                    metrics.tokenEventsApplied.increment()
+                    let applied = try await store.applyOne(event)
+                    try await deadLetterRefused(applied.refused, of: [(message, event)])
+                    try await announceForgotten(applied.forgotten)
+                    if applied.refused.isEmpty { metrics.tokenEventsApplied.increment() }
                 } catch let error as PostgresError where error.isCausedByTheData {
                     logger.error("record refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
                     try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
                     metrics.deadLetters.increment(labels: ["refused_by_postgres"])
                 }
             }
+        }
+    }
+
+    /// Registrations not applied because another app owns their token (`TokenOwnership`): each goes
+    /// to the dead-letter topic as `token_owned_by_other_app`, matched to its record by token, bundle
+    /// id and event time.
+    private func deadLetterRefused(_ refused: [TokenEventsApplied.RefusedRegistration], of events: [(KafkaMessage, TokenEvent)]) async throws {
+        guard !refused.isEmpty else { return }
+        var used = Set<Int>()
+        for registration in refused {
+            guard let index = events.indices.first(where: { index in
+                let event = events[index].1
+                return !used.contains(index) && event.action == .registered && event.device?.deviceToken == registration.deviceToken
+                    && event.device?.bundleID == registration.bundleID && event.eventTimeMs == registration.eventTimeMs
+            }) else { continue }
+            used.insert(index)
+            let message = events[index].0
+            logger.warning("registration refused: the token belongs to another app", [
+                "bundle_id": registration.bundleID, "owner_bundle_id": registration.ownerBundleID,
+                "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+            ])
+            try await feedback.deadLetter(
+                message,
+                error: "device.bundle_id: the token is registered to another app (\(registration.ownerBundleID)) and active or inactive for less than PUSH_TOKEN_REBIND_AFTER_DAYS; not applied",
+                rejectedBy: "dispatcher")
+            metrics.deadLetters.increment(labels: ["token_owned_by_other_app"])
         }
     }
 

@@ -99,7 +99,7 @@ public struct DispatcherService: Service {
         readiness.setProducer { producer.health.readinessInput }
         let client = APNsClient(configuration: settings.apns, tokens: settings.tokens, logger: logger.with(["component": "apns"]))
         let dispatcher = Dispatcher(
-            configuration: settings.dispatcher, store: TokenStore(pool: pool), sender: client, producer: producer, logger: logger,
+            configuration: settings.dispatcher, store: TokenStore(pool: pool, tokenRebindAfterDays: settings.dispatcher.intake.tokenRebindAfterDays), sender: client, producer: producer, logger: logger,
             monitor: settings.monitor)
         let watch = Task { [topicWatch] in await topicWatch.watch() }
         var failure: (any Error)?

@@ -17,8 +17,23 @@ public struct TokenEventsApplied: Sendable, Equatable {
         public var eventTimeMs: Int64
     }
 
+    /// A registration not applied because another app owns the token (`TokenOwnership`); the
+    /// dispatcher dead-letters it as `token_owned_by_other_app`.
+    public struct RefusedRegistration: Sendable, Equatable {
+        /// Lowercase hex.
+        public var deviceToken: String
+        /// The bundle id the registration named.
+        public var bundleID: String
+        /// The bundle id that owns the row.
+        public var ownerBundleID: String
+        /// The registration's event time, ms since the UNIX epoch.
+        public var eventTimeMs: Int64
+    }
+
     /// The number of events that changed the table.
     public var changed = 0
     /// The rows forgotten, in no particular order.
     public var forgotten: [ForgottenToken] = []
+    /// Registrations refused for their token's owner, in the order of the events.
+    public var refused: [RefusedRegistration] = []
 }

@@ -42,7 +42,14 @@ extension TokenStore {
             // applies batches of hundreds of events each, far faster than batches that deadlock.
             _ = try await connection.query("SELECT pg_advisory_xact_lock($1)", [.int64(Self.tokenEventsLockKey)], prepared: true)
             var applied = TokenEventsApplied()
-            for layer in batch.layers {
+            for var layer in batch.layers {
+                // Apps own their tokens: registrations of a token another app holds are taken out.
+                let refused = try await Self.refusedByOwner(layer.registrations, ownership: ownership, on: connection)
+                if !refused.isEmpty {
+                    applied.refused += refused
+                    let out = Set(refused.map { RefusedKey(token: $0.deviceToken, bundleID: $0.bundleID, eventTimeMs: $0.eventTimeMs) })
+                    layer.registrations.removeAll { out.contains(RefusedKey(token: $0.token, bundleID: $0.bundleID, eventTimeMs: $0.eventTimeMs)) }
+                }
                 applied.changed += try await Self.apply(layer, on: connection)
                 for forget in layer.forgets {
                     let forgotten = try await Self.forget(forget, on: connection)
@@ -51,6 +58,40 @@ extension TokenStore {
                 }
             }
             return applied
+        }
+    }
+
+    private struct RefusedKey: Hashable {
+        var token: String
+        var bundleID: String
+        var eventTimeMs: Int64
+    }
+
+    /// The registrations whose token belongs to another app (`TokenOwnership`), judged against the
+    /// rows as they are now (the caller holds the token-events lock). Tokens are distinct within a
+    /// layer.
+    static func refusedByOwner(
+        _ registrations: [TokenEventBatch.Registration], ownership: TokenOwnership, on connection: PostgresConnection
+    ) async throws -> [TokenEventsApplied.RefusedRegistration] {
+        guard !registrations.isEmpty else { return [] }
+        let rows = try await connection.query("""
+            SELECT device_token, bundle_id, status = 'active' AS active, COALESCE(inactive_at_ms, last_event_at_ms) AS inactive_since
+              FROM device_tokens WHERE device_token = ANY($1::text[])
+            """,
+            [.string(PostgresArrayLiteral.text(registrations.map(\.token)))], prepared: true)
+        var owners: [String: TokenOwnership.Row] = [:]
+        for row in rows {
+            guard let token = try row.string("device_token"), let bundle = try row.string("bundle_id") else { continue }
+            owners[token] = TokenOwnership.Row(
+                bundleID: bundle, isActive: try row.bool("active") ?? false, inactiveSinceMs: try row.int64("inactive_since") ?? 0)
+        }
+        return registrations.compactMap { registration in
+            guard let owner = owners[registration.token],
+                  !ownership.allows(owner, bundleID: registration.bundleID, eventTimeMs: registration.eventTimeMs)
+            else { return nil }
+            return TokenEventsApplied.RefusedRegistration(
+                deviceToken: registration.token, bundleID: registration.bundleID, ownerBundleID: owner.bundleID,
+                eventTimeMs: registration.eventTimeMs)
         }
     }
 

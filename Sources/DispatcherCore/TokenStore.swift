@@ -6,9 +6,14 @@ import PushMessages
 /// The device-token table and the send log in PostgreSQL. Every statement is parameterized.
 public final class TokenStore: Sendable {
     let pool: PostgresPool
+    /// Which registrations may move a token to another app (`PUSH_TOKEN_REBIND_AFTER_DAYS`).
+    let ownership: TokenOwnership
 
-    public init(pool: PostgresPool) {
+    /// - Parameter tokenRebindAfterDays: days an inactive row stays with its app before a
+    ///   registration for another bundle id may take it (`TokenOwnership`). Default 30.
+    public init(pool: PostgresPool, tokenRebindAfterDays: Int = 30) {
         self.pool = pool
+        self.ownership = TokenOwnership(rebindAfterDays: tokenRebindAfterDays)
     }
 
     /// Applies migrations (under an advisory lock, so replicas may start together).
@@ -33,7 +38,7 @@ public final class TokenStore: Sendable {
         guard let device = event.device else { return TokenEventsApplied() }
         switch event.action {
         case .registered:
-            return TokenEventsApplied(changed: try await register(device, at: event.eventTimeMs, previousToken: event.previousToken) ? 1 : 0)
+            return try await register(device, at: event.eventTimeMs, previousToken: event.previousToken)
         case .unregistered:
             return TokenEventsApplied(changed: try await unregister(token: device.deviceToken, bundleID: device.bundleID, at: event.eventTimeMs) ? 1 : 0)
         case .userForgotten:
@@ -46,11 +51,17 @@ public final class TokenStore: Sendable {
         }
     }
 
-    private func register(_ device: Device, at eventTime: Int64, previousToken: String) async throws -> Bool {
+    private func register(_ device: Device, at eventTime: Int64, previousToken: String) async throws -> TokenEventsApplied {
         let environment = device.environment == .sandbox ? "sandbox" : "production"
         let kind = device.kind.storedName ?? APNsTokenKind.standard.rawValue
         let attributes = Self.jsonObject(device.attributes)
         return try await pool.withTransaction { connection in
+            // Serialized with token-event batches, which take the same lock, so that the owner read
+            // here is the owner the upsert meets.
+            _ = try await connection.query("SELECT pg_advisory_xact_lock($1)", [.int64(Self.tokenEventsLockKey)], prepared: true)
+            let registration = TokenEventBatch.Registration(device, at: eventTime, previousToken: previousToken)
+            let refused = try await Self.refusedByOwner([registration], ownership: ownership, on: connection)
+            if !refused.isEmpty { return TokenEventsApplied(refused: refused) }
             // A registration newer than Apple's last invalidation reactivates the token; an older
             // one only refreshes the fields.
             let changed = try await connection.query("""
@@ -78,7 +89,7 @@ public final class TokenStore: Sendable {
                 """,
                 [.string(device.deviceToken), .string(device.bundleID), .string(environment), .string(kind),
                  .string(device.userID), .string(device.installationID), .int64(eventTime), .jsonb(attributes)])
-            guard !changed.isEmpty else { return false }
+            guard !changed.isEmpty else { return TokenEventsApplied() }
             if !device.installationID.isEmpty {
                 // A new token of the same installation, app and kind replaces the older ones of the
                 // same user (or of no user when it has none): a stranger reusing someone's
@@ -94,10 +105,9 @@ public final class TokenStore: Sendable {
                      .string(device.deviceToken), .int64(eventTime), .string(device.userID)])
             }
             if !previousToken.isEmpty {
-                try await Self.replacePrevious(
-                    TokenEventBatch.Registration(device, at: eventTime, previousToken: previousToken), on: connection)
+                try await Self.replacePrevious(registration, on: connection)
             }
-            return true
+            return TokenEventsApplied(changed: 1)
         }
     }
 

@@ -224,4 +224,26 @@ struct HostileInputTests {
         #expect(lines.first?.detail.contains("\(harness.topics.sendRequests)[0] at offset 0") == true, "\(lines)")
         try await harness.stop()
     }
+
+    /// A registration of app B's active token by app A is not applied: it is dead-lettered as
+    /// `token_owned_by_other_app` and counted, and app B keeps its token.
+    @Test func aRegistrationOfAnotherAppsTokenIsDeadLettered() async throws {
+        let harness = try await DispatcherHarness()
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let before = MetricsRegistry.shared.value("push_dead_letters_total", labels: ["token_owned_by_other_app"]) ?? 0
+        let owner = DispatcherHarness.registration(token: token, bundleID: "com.example.b", userID: "bob", eventTimeMs: now - 1_000)
+        let thief = DispatcherHarness.registration(token: token, bundleID: "com.example.a", userID: "mallory", eventTimeMs: now)
+        try await harness.produce(harness.topics.tokenEvents, key: token, value: owner.serializedBytes(), contentType: TokenEvent.protobufContentType)
+        let offset = try await harness.produce(harness.topics.tokenEvents, key: token, value: thief.serializedBytes(), contentType: TokenEvent.protobufContentType)
+        let letters = try await harness.deadLetters { !$0.isEmpty }
+        #expect(letters.count == 1)
+        #expect(letters.first?.sourceOffset == offset.rawValue)
+        #expect(letters.first?.error.contains("another app (com.example.b)") == true, "\(letters.first?.error ?? "")")
+        #expect(letters.first?.unreadableByClient == false)
+        #expect((MetricsRegistry.shared.value("push_dead_letters_total", labels: ["token_owned_by_other_app"]) ?? 0) - before == 1)
+        let row = try #require(try await harness.store.tokens([token])[token])
+        #expect(row.bundleID == "com.example.b" && row.userID == "bob" && row.isActive)
+        try await harness.stop()
+    }
 }
