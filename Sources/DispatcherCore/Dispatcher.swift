@@ -35,6 +35,14 @@ public final class Dispatcher: Sendable {
     private let cancellations = CampaignCancellations()
     /// Token hygiene (docs/token-hygiene.md); nil when nothing of it is configured.
     private let tokenHygiene: TokenHygieneRunner?
+    /// Records each send request's fingerprint, batched with the other requests running at once;
+    /// answers the fingerprint recorded earlier for its request id, if any.
+    private let fingerprints: BatchLoader<FingerprintInput, [UInt8]?>
+
+    private struct FingerprintInput: Sendable {
+        var requestID: String
+        var fingerprint: [UInt8]
+    }
 
     /// One partition's scheduler; `generation` tells a worker whether the partition it serves was
     /// reset (revoked, re-read) since it started.
@@ -96,6 +104,9 @@ public final class Dispatcher: Sendable {
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
             otherEnvironmentRetry: configuration.otherEnvironmentRetry)
+        self.fingerprints = BatchLoader { [store] inputs in
+            try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
+        }
         self.campaignStore = CampaignStore(pool: store.pool)
         self.campaigns = CampaignRunner(
             store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
@@ -678,6 +689,22 @@ public final class Dispatcher: Sendable {
         // Campaign hook: audiences and future send_at_ms become campaign rows; the record is then done.
         let nowMs = clock.nowMilliseconds()
         do {
+            // Idempotency: the same request id must ask for the same thing (docs/contracts.md
+            // "Request ids"); another notification under a used id is not a repeat.
+            let fingerprint = RequestFingerprint.of(request)
+            if let earlier = try await fingerprints.load(FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)),
+               earlier != fingerprint
+            {
+                logger.warning("send request refused: its request id was used for another notification", [
+                    "request_id": request.requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)", "trace_id": trace.traceID,
+                ])
+                try await feedback.deadLetter(
+                    message,
+                    error: "request_id: \"\(request.requestID)\" was used before for another notification or target; a request id names one send (not applied)",
+                    rejectedBy: "dispatcher")
+                metrics.deadLetters.increment(labels: ["request_id_reused"])
+                return
+            }
             if CampaignRunner.isCampaign(request, nowMs: nowMs) {
                 try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
                 return

@@ -34,7 +34,7 @@ public struct SendLogRetention: Sendable {
         self.logger = logger
     }
 
-    /// Deletes every row of `send_log` and `request_completions` older than the retention, `batchSize`
+    /// Deletes every row of `send_log`, `request_completions` and `request_fingerprints` older than the retention, `batchSize`
     /// rows per statement, until none is left. Each statement commits on its own, so an interrupted
     /// pass keeps what it deleted.
     /// - Returns: the number of rows deleted (both tables).
@@ -43,8 +43,9 @@ public struct SendLogRetention: Sendable {
     public func deleteExpired() async throws -> Int {
         let milliseconds = retention.wholeMilliseconds
         var deleted = 0
-        // request_completions goes with the send_log rows of the same requests (same retention).
-        for table in ["send_log", "request_completions"] {
+        // request_completions and request_fingerprints go with the send_log rows of the same
+        // requests (same retention; a fingerprint's completed_at is when it was recorded).
+        for table in ["send_log", "request_completions", "request_fingerprints"] {
             var fromTable = 0
             while true {
                 try Task.checkCancellation()

@@ -118,5 +118,17 @@ public enum TokenStoreMigrations {
             """),
         // Maintenance jobs' leases (docs/token-hygiene.md): defined beside their store.
         TokenHygieneStore.migration,
+        Migration(version: 9, name: "request_fingerprints", sql: """
+            -- What each send request asked for (RequestFingerprint: SHA-256 of its notification, target
+            -- and send_at_ms), recorded when it is first handled: a redelivery with the same request id
+            -- and another fingerprint is dead-lettered as request_id_reused instead of being taken for a
+            -- repeat. Deleted with send_log's retention.
+            CREATE TABLE request_fingerprints (
+                request_id      text PRIMARY KEY,
+                fingerprint     bytea NOT NULL,
+                completed_at    timestamptz NOT NULL DEFAULT now()
+            );
+            CREATE INDEX request_fingerprints_completed_at ON request_fingerprints (completed_at);
+            """),
     ]
 }

@@ -246,4 +246,37 @@ struct HostileInputTests {
         #expect(row.bundleID == "com.example.b" && row.userID == "bob" && row.isActive)
         try await harness.stop()
     }
+
+    /// The same request id with another notification is dead-lettered as `request_id_reused`; the
+    /// same request sent again (a producer's retry) is a repeat as before and dead-letters nothing.
+    @Test func aRequestIDReusedForAnotherNotificationIsDeadLettered() async throws {
+        let harness = try await DispatcherHarness()
+        let before = MetricsRegistry.shared.value("push_dead_letters_total", labels: ["request_id_reused"]) ?? 0
+        func request(_ alert: String) -> SendRequest {
+            var notification = PushMessages.Notification()
+            notification.bundleID = "com.example.app"
+            notification.pushType = .alert
+            notification.payload = #"{"aps":{"alert":"\#(alert)"}}"#
+            return SendRequest(requestID: "r-reused", target: .userIDs(UserIds(userIDs: ["nobody"])), notification: notification)
+        }
+        let contentType = SendRequest.protobufContentType
+        try await harness.produce(harness.topics.sendRequests, key: "r-reused", value: request("first").serializedBytes(), contentType: contentType)
+        try await harness.produce(harness.topics.sendRequests, key: "r-reused", value: request("first").serializedBytes(), contentType: contentType)
+        let reused = try await harness.produce(harness.topics.sendRequests, key: "r-reused", value: request("second").serializedBytes(), contentType: contentType)
+        // A marker request after them: once it completed, the three before it were handled.
+        var marker = request("marker")
+        marker.requestID = "r-marker"
+        try await harness.produce(harness.topics.sendRequests, key: "r-marker", value: marker.serializedBytes(), contentType: contentType)
+        _ = try await harness.read(harness.topics.feedback) { records in
+            records.contains { record in
+                if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { return completed.requestID == "r-marker" }
+                return false
+            }
+        }
+        let letters = try await harness.deadLetters { !$0.isEmpty }
+        #expect(letters.map(\.sourceOffset) == [reused.rawValue])
+        #expect(letters.first?.error.hasPrefix("request_id: \"r-reused\" was used before") == true, "\(letters.first?.error ?? "")")
+        #expect((MetricsRegistry.shared.value("push_dead_letters_total", labels: ["request_id_reused"]) ?? 0) - before == 1)
+        try await harness.stop()
+    }
 }
