@@ -122,7 +122,7 @@ public enum SendRequestDecoder {
         case .userIDs(let users):
             guard !users.userIDs.isEmpty else { throw Rejection("user_ids.user_ids: is empty") }
             for (index, user) in users.userIDs.enumerated() {
-                try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(user, field: "user_ids.user_ids[\(index)]") }
+                try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkUserID(user, field: "user_ids.user_ids[\(index)]", required: true) }
             }
         case .audience:
             break  // checked below, once the notification is (campaigns: AudienceQuery)

@@ -42,7 +42,8 @@ public enum TokenEventChecker {
             event.device = normalized
         case .userForgotten:
             try DeviceValidator.checkBundleID(device.bundleID, field: "device.bundle_id")
-            guard !device.userID.isEmpty else { throw InvalidFieldError("device.user_id", "is required for USER_FORGOTTEN") }
+            // The registration service's rule for every user id (ForgetUser and RegisterToken alike).
+            try DeviceValidator.checkUserID(device.userID, field: "device.user_id", required: true)
             guard device.deviceToken.isEmpty else { throw InvalidFieldError("device.device_token", "must be empty for USER_FORGOTTEN") }
             let expected = "user:\(device.bundleID):\(device.userID)"
             if let key = message.key, String(decoding: key, as: UTF8.self) != expected {
