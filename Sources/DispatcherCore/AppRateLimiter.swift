@@ -42,7 +42,24 @@ public final class AppRateLimiter: Sendable {
             defer { buckets[bundleID] = bucket }
             return bucket.reserve(at: now)
         }
-        if wait > 0 { try await Task.sleep(for: .nanoseconds(Int64(wait * 1e9))) }
+        if wait > 0 { try await Task.sleep(for: Self.sleepDuration(seconds: wait)) }
+    }
+
+    /// Rates accepted, in sends per second besides 0 (unlimited): from one send in 1,000 s to a
+    /// billion a second. A rate outside would make a wait that no clock can express (1e-300 a second
+    /// is a wait of 1e300 s).
+    public static let acceptedRates: ClosedRange<Double> = 0.001...1e9
+
+    /// Whether `rate` may be configured: 0 (unlimited) or within `acceptedRates`.
+    public static func isAcceptedRate(_ rate: Double) -> Bool {
+        rate == 0 || acceptedRates.contains(rate)
+    }
+
+    /// `seconds` as a duration, saturating at a day (never traps, whatever the double: NaN and
+    /// negative waits are no wait).
+    static func sleepDuration(seconds: Double) -> Duration {
+        guard seconds > 0 else { return .zero }
+        return .nanoseconds(Int64(min(seconds, 86_400) * 1e9))
     }
 
     /// Parses `PUSH_CAMPAIGN_RATE_LIMITS`: `bundle.id=rate` pairs separated by commas.
@@ -53,8 +70,9 @@ public final class AppRateLimiter: Sendable {
             let trimmed = pair.trimmingCharacters(in: .whitespaces)
             guard !trimmed.isEmpty else { continue }
             let parts = trimmed.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, !parts[0].isEmpty, let rate = Double(parts[1]), rate >= 0, rate.isFinite else {
-                throw CampaignConfigurationError("PUSH_CAMPAIGN_RATE_LIMITS: \"\(trimmed)\" is not bundle.id=sends_per_second")
+            guard parts.count == 2, !parts[0].isEmpty, let rate = Double(parts[1]), isAcceptedRate(rate) else {
+                throw CampaignConfigurationError(
+                    "PUSH_CAMPAIGN_RATE_LIMITS: \"\(trimmed)\" is not bundle.id=sends_per_second (0, or 0.001 to 1e9)")
             }
             result[String(parts[0])] = rate
         }

@@ -60,8 +60,9 @@ public struct CampaignSettings: Sendable {
             throw EnvironmentConfig.Error(variable: name, problem: "must be positive")
         }
         if let text = env.string("PUSH_CAMPAIGN_RATE_PER_APP") {
-            guard let rate = Double(text), rate >= 0, rate.isFinite else {
-                throw EnvironmentConfig.Error(variable: "PUSH_CAMPAIGN_RATE_PER_APP", problem: "expected sends per second (0 = unlimited), got \"\(text)\"")
+            guard let rate = Double(text), AppRateLimiter.isAcceptedRate(rate) else {
+                throw EnvironmentConfig.Error(
+                    variable: "PUSH_CAMPAIGN_RATE_PER_APP", problem: "expected sends per second, 0 (unlimited) or 0.001 to 1e9, got \"\(text)\"")
             }
             settings.defaultRatePerApp = rate
         }

@@ -136,8 +136,10 @@ public final class KafkaConsumer: Sendable {
     /// `rd_kafka_consumer_poll` hung), so that liveness probes can be shown to notice. Records stop
     /// flowing meanwhile. Only for tests and the admin port's test hooks.
     public func wedgePollThreadForTesting(for duration: Duration) {
-        let until = Heartbeat.monotonicNanoseconds() + UInt64(max(0, duration.wholeMilliseconds)) * 1_000_000
-        core.monitor.wedgedUntil.store(until, ordering: .relaxed)
+        let (span, overflow) = UInt64(max(0, duration.wholeMilliseconds)).multipliedReportingOverflow(by: 1_000_000)
+        let (until, past) = Heartbeat.monotonicNanoseconds().addingReportingOverflow(overflow ? .max : span)
+        let wedgedUntil = past ? UInt64.max : until
+        core.monitor.wedgedUntil.store(wedgedUntil, ordering: .relaxed)
     }
 
     /// Records waiting in the `messages` buffer (for tests of the buffering bound).

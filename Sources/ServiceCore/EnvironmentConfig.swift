@@ -190,15 +190,21 @@ public struct EnvironmentConfig: Sendable {
         }
     }
 
+    /// The longest duration any `*_MS` setting accepts: 365 days (31,536,000,000 ms). Far above any
+    /// sensible timeout or interval, and far below where time arithmetic (instants plus durations,
+    /// milliseconds times 10^6) could overflow.
+    public static let maximumMilliseconds = 31_536_000_000
+
     /// A duration given in milliseconds by `name`, or `defaultValue` when unset.
-    /// - Throws: `EnvironmentConfig.Error` when set but not a non-negative integer.
+    /// - Throws: `EnvironmentConfig.Error` when set but not an integer from 0 to
+    ///   `maximumMilliseconds`.
     public func milliseconds(_ name: String, default defaultValue: Duration) throws -> Duration {
         guard let raw = string(name) else {
             note(name, String(defaultValue.wholeMilliseconds), .default)
             return defaultValue
         }
-        guard let ms = Int(raw.trimmingCharacters(in: .whitespaces)), ms >= 0 else {
-            try fail(name, "expected milliseconds >= 0, got \"\(raw)\"")
+        guard let ms = Int(raw.trimmingCharacters(in: .whitespaces)), ms >= 0, ms <= Self.maximumMilliseconds else {
+            try fail(name, "expected milliseconds from 0 to \(Self.maximumMilliseconds) (365 days), got \"\(raw)\"")
             return defaultValue
         }
         return .milliseconds(ms)

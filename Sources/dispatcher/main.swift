@@ -37,18 +37,20 @@ do {
     configuration.rebalanceProtocol = try env.choice(
         "PUSH_KAFKA_REBALANCE_PROTOCOL", default: configuration.rebalanceProtocol, ["cooperative": .cooperative, "eager": .eager])
     configuration.revokeDrain = try env.milliseconds("PUSH_REVOKE_DRAIN_MS", default: configuration.revokeDrain)
-    configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition, in: 1...Int.max)
-    configuration.pauseThresholdPerPartition = try env.int("PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition, in: 1...Int.max)
-    configuration.maxInFlightRecords = try env.int("PUSH_MAX_IN_FLIGHT_RECORDS", default: configuration.maxInFlightRecords, in: 1...Int.max)
-    configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...Int.max)
-    configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...Int.max)
-    configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes, in: 4096...Int.max)
+    configuration.maxInFlightPerPartition = try env.int("PUSH_MAX_IN_FLIGHT_PER_PARTITION", default: configuration.maxInFlightPerPartition, in: 1...100_000)
+    configuration.pauseThresholdPerPartition = try env.int("PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition, in: 1...10_000_000)
+    configuration.maxInFlightRecords = try env.int("PUSH_MAX_IN_FLIGHT_RECORDS", default: configuration.maxInFlightRecords, in: 1...10_000_000)
+    configuration.maxInFlightNotifications = try env.int("PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...100_000)
+    configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...100_000)
+    configuration.deadLetterMaxBytes = try env.int("PUSH_DLQ_MAX_BYTES", default: configuration.deadLetterMaxBytes, in: 4096...1_000_000_000)
     configuration.retryParking.maxUncommittedRecords = try env.int(
-        "PUSH_MAX_UNCOMMITTED_RECORDS", default: configuration.retryParking.maxUncommittedRecords, in: 1...Int.max)
+        "PUSH_MAX_UNCOMMITTED_RECORDS", default: configuration.retryParking.maxUncommittedRecords, in: 1...10_000_000)
     configuration.retryParking.maxUncommittedAge = try env.milliseconds("PUSH_MAX_UNCOMMITTED_AGE_MS", default: configuration.retryParking.maxUncommittedAge)
     configuration.pendingRetryScanInterval = try env.milliseconds("PUSH_PENDING_RETRY_SCAN_MS", default: configuration.pendingRetryScanInterval)
     configuration.pendingRetryLease = try env.milliseconds("PUSH_PENDING_RETRY_LEASE_MS", default: configuration.pendingRetryLease)
-    let retentionHours = try env.int("PUSH_SEND_LOG_RETENTION_H", default: 192, in: 0...Int.max)
+    // Every integer setting has an upper bound far above sensible values, so that no number can
+    // overflow where it is used (README "Configuration").
+    let retentionHours = try env.int("PUSH_SEND_LOG_RETENTION_H", default: 192, in: 0...876_000)
     configuration.sendLogRetention = retentionHours == 0 ? nil : .seconds(retentionHours * 3600)
     configuration.defaultEnvironment = try env.choice(
         "PUSH_APNS_DEFAULT_ENVIRONMENT", default: configuration.defaultEnvironment, ["sandbox": .sandbox, "production": .production])
@@ -92,12 +94,12 @@ do {
     if let caFile = apns.caFile, !FileManager.default.isReadableFile(atPath: caFile) {
         try env.fail("PUSH_APNS_CA_FILE", "cannot read \(caFile)")
     }
-    apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...Int.max)
+    apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...1_000)
     apns.requestTimeout = try env.milliseconds("PUSH_APNS_REQUEST_TIMEOUT_MS", default: apns.requestTimeout)
     apns.retryHorizon.absent = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_MS", default: apns.retryHorizon.absent)
     apns.retryHorizon.immediate = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS", default: apns.retryHorizon.immediate)
     if env.string("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION") != nil {
-        apns.maxRequestsPerSecondPerConnection = try env.int("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION", default: 1, in: 1...Int.max)
+        apns.maxRequestsPerSecondPerConnection = try env.int("PUSH_APNS_MAX_REQUESTS_PER_SECOND_PER_CONNECTION", default: 1, in: 1...1_000_000)
     }
     let postgresURL = env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push")
     let postgresPassword = try env.fileContents("PUSH_PG_PASSWORD_FILE")

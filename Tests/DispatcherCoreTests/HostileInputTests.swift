@@ -37,7 +37,7 @@ final class DispatcherHarness: Sendable {
     /// does under the default limit of 100 MB.
     static let receiveLimit = 1_100_000
 
-    init(intake: IntakeSettings = IntakeSettings()) async throws {
+    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false) async throws {
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 4))
         try await pool.start()
         store = TokenStore(pool: pool)
@@ -60,7 +60,7 @@ final class DispatcherHarness: Sendable {
         configuration.sessionTimeout = .seconds(6)
         configuration.fetchMaxWait = .milliseconds(10)
         configuration.intake = intake
-        configuration.campaigns.runnerEnabled = false
+        configuration.campaigns.runnerEnabled = campaignRunner
         configuration.sendLogRetention = nil
         configuration.kafkaProperties = [
             "receive.message.max.bytes": String(Self.receiveLimit), "fetch.max.bytes": "1000000",
@@ -277,6 +277,61 @@ struct HostileInputTests {
         #expect(letters.map(\.sourceOffset) == [reused.rawValue])
         #expect(letters.first?.error.hasPrefix("request_id: \"r-reused\" was used before") == true, "\(letters.first?.error ?? "")")
         #expect((MetricsRegistry.shared.value("push_dead_letters_total", labels: ["request_id_reused"]) ?? 0) - before == 1)
+        try await harness.stop()
+    }
+
+    /// No number a producer chooses makes the dispatcher trap: `send_at_ms`, `created_at_ms`,
+    /// `expiration`, `priority` and `CancelRequest.requested_at_ms` at Int64.min, -1, 0 and Int64.max
+    /// (priority at 0, 1 and UInt32.max) each end as a completed request, a scheduled campaign or a
+    /// dead letter, with the campaign runner running, and the process is still there to handle the next
+    /// request.
+    @Test func extremeNumbersInRequestsEndCleanly() async throws {
+        let harness = try await DispatcherHarness(campaignRunner: true)
+        let extremes: [Int64] = [.min, -1, 0, .max]
+        var ids: [String] = []
+        func send(_ id: String, _ edit: (inout SendRequest) -> Void) async throws {
+            var notification = PushMessages.Notification()
+            notification.bundleID = "com.example.app"
+            notification.pushType = .alert
+            notification.payload = #"{"aps":{"alert":"hi"}}"#
+            var request = SendRequest(requestID: id, target: .userIDs(UserIds(userIDs: ["nobody"])), notification: notification)
+            edit(&request)
+            try await harness.produce(harness.topics.sendRequests, key: id, value: request.serializedBytes(), contentType: SendRequest.protobufContentType)
+            ids.append(id)
+        }
+        for (index, value) in extremes.enumerated() {
+            try await send("send-at-\(index)") { $0.sendAtMs = value }
+            try await send("created-at-\(index)") { $0.createdAtMs = value }
+            try await send("expiration-\(index)") { $0.notification?.expiration = value }
+            var cancel = CancelRequest()
+            cancel.requestID = "send-at-\(index)"
+            cancel.requestedAtMs = value
+            try await harness.produce(harness.topics.sendRequests, key: cancel.requestID, value: cancel.serializedBytes(),
+                                      contentType: "application/x-protobuf; message=push.v1.CancelRequest")
+        }
+        for (index, value) in [UInt32(0), 1, .max].enumerated() {
+            try await send("priority-\(index)") { $0.notification?.priority = value }
+        }
+        try await send("after") { _ in }
+        // Each request id ends visibly: a RequestCompleted, a campaign row, or a dead letter.
+        try await harness.eventually("every request accounted for", timeout: .seconds(60)) {
+            let completed = try await harness.read(harness.topics.feedback, timeout: .seconds(5)) { _ in true }
+            _ = completed
+            return true
+        }
+        var accounted = Set<String>()
+        let deadline = ContinuousClock.now + .seconds(60)
+        while accounted.count < Set(ids).count, ContinuousClock.now < deadline {
+            let feedback = try await harness.read(harness.topics.feedback, timeout: .seconds(10)) { $0.count >= 1 }
+            for record in feedback {
+                if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { accounted.insert(completed.requestID) }
+            }
+            let campaigns = try await harness.store.pool.query("SELECT request_id FROM campaigns")
+            for row in campaigns { if let id = try row.string("request_id") { accounted.insert(id) } }
+            if accounted.count < Set(ids).count { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(Set(ids).subtracting(accounted).isEmpty, "not accounted for: \(Set(ids).subtracting(accounted).sorted())")
+        #expect(accounted.contains("after"))
         try await harness.stop()
     }
 }

@@ -120,3 +120,24 @@ import Testing
         return kib * 1024
     }
 }
+
+/// Campaign rates (`PUSH_CAMPAIGN_RATE_PER_APP`, `PUSH_CAMPAIGN_RATE_LIMITS`): a rate no clock can wait
+/// for is refused when the settings load, and no wait ever traps. Before, 1e-300 sends a second was
+/// accepted and the second send of a campaign trapped converting a wait of 1e300 s to nanoseconds.
+@Suite struct CampaignRateEdgeTests {
+    @Test func ratesOutsideTheAcceptedRangeAreRefused() {
+        for rate in [1e-300, 0.0009, 1.1e9, .infinity, -.infinity, .nan, -1] {
+            #expect(!AppRateLimiter.isAcceptedRate(rate), "\(rate)")
+        }
+        for rate in [0, 0.001, 1, 1e9] { #expect(AppRateLimiter.isAcceptedRate(rate), "\(rate)") }
+        #expect(throws: CampaignConfigurationError.self) { try AppRateLimiter.parseLimits("com.example.app=1e-300") }
+    }
+
+    @Test func waitsSaturateInsteadOfTrapping() {
+        #expect(AppRateLimiter.sleepDuration(seconds: 1e300) == .seconds(86_400))
+        #expect(AppRateLimiter.sleepDuration(seconds: .infinity) == .seconds(86_400))
+        #expect(AppRateLimiter.sleepDuration(seconds: .nan) == .zero)
+        #expect(AppRateLimiter.sleepDuration(seconds: -1) == .zero)
+        #expect(AppRateLimiter.sleepDuration(seconds: 0.5) == .milliseconds(500))
+    }
+}
