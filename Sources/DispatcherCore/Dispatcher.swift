@@ -139,6 +139,9 @@ public final class Dispatcher: Sendable {
         // Records the client cannot read are skipped by offset and dead-lettered (docs/kafka-consumer.md).
         consumerConfiguration.unreadableRecordRetries = configuration.intake.consumerErrorRetries
         consumerConfiguration.partitionStallThreshold = configuration.intake.partitionStall
+        // A value past the send-request limit is never copied out of librdkafka (README "Limits on
+        // what arrives from Kafka").
+        consumerConfiguration.maxValueBytes = configuration.intake.maxSendRequestBytes
         // A cancel takes effect on the poll thread, the moment the record arrives: under load the
         // intake task waits its turn on the cooperative pool behind every running send.
         consumerConfiguration.onReceipt = { [self] message in
@@ -551,9 +554,10 @@ public final class Dispatcher: Sendable {
     /// for transient infrastructure failures.
     func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
         var records = records
-        if records.contains(where: { $0.unreadableError != nil }) {
+        if records.contains(where: { $0.unreadableError != nil || $0.oversizedValueBytes != nil }) {
             for message in records where message.unreadableError != nil { try await deadLetterUnreadable(message) }
-            records.removeAll { $0.unreadableError != nil }
+            for message in records where message.oversizedValueBytes != nil { try await deadLetterOversized(message) }
+            records.removeAll { $0.unreadableError != nil || $0.oversizedValueBytes != nil }
         }
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
@@ -569,6 +573,16 @@ public final class Dispatcher: Sendable {
         let error = "the Kafka client could not read the record at this offset (records compressed into the same batch are lost with it): \(message.unreadableError ?? "")"
         try await feedback.deadLetter(message, error: error, rejectedBy: "dispatcher")
         metrics.deadLetters.increment(labels: ["undecodable_batch"])
+    }
+
+    /// A record whose value is larger than `PUSH_MAX_SEND_REQUEST_BYTES` (the consumer did not copy
+    /// it): kept on the dead-letter topic with its size and no value.
+    private func deadLetterOversized(_ message: KafkaMessage) async throws {
+        let size = message.oversizedValueBytes ?? 0
+        let error = "record value: \(size) bytes (after the Kafka client decompressed it); at most \(configuration.intake.maxSendRequestBytes) (PUSH_MAX_SEND_REQUEST_BYTES)"
+        logger.warning("record refused: too large", ["partition": "\(message.topicPartition)", "offset": "\(message.offset)", "bytes": "\(size)"])
+        try await feedback.deadLetter(message, error: error, rejectedBy: "dispatcher")
+        metrics.deadLetters.increment(labels: [message.topic == configuration.topics.sendRequests ? "send_request_too_large" : "invalid_token_event"])
     }
 
     private func applyTokenEvents(_ records: [KafkaMessage]) async throws {

@@ -323,7 +323,7 @@ final class ConsumerCore: Sendable {
             }) {
                 logger.debug("buffer drained: resuming partitions", ["partitions": resumed.map(\.description).joined(separator: ",")])
             }
-            switch client.poll(timeoutMilliseconds: 100) {
+            switch client.poll(timeoutMilliseconds: 100, maxValueBytes: configuration.maxValueBytes ?? .max) {
             case .nothing:
                 break
             case .message(let message):

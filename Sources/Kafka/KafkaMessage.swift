@@ -20,6 +20,9 @@ public struct KafkaMessage: Sendable, Hashable {
     /// and `headers` are empty and `timestamp` is nil. Only consumers with
     /// `KafkaConsumerConfiguration.unreadableRecordRetries` set hand such records out.
     public var unreadableError: String?
+    /// Set when the value was larger than `KafkaConsumerConfiguration.maxValueBytes`: its size in
+    /// bytes, while `value` is empty. The consumer never copied it out of the Kafka client.
+    public var oversizedValueBytes: Int?
 
     public init(
         topic: String, partition: KafkaPartition, offset: KafkaOffset, key: [UInt8]?, value: [UInt8],

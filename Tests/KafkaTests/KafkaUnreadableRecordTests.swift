@@ -91,6 +91,28 @@ struct KafkaUnreadableRecordTests {
     }
 }
 
+/// `maxValueBytes`: a value past it is handed out empty with its size, never copied.
+@Suite(.timeLimit(.minutes(1)))
+struct KafkaOversizedValueTests {
+    @Test func aValuePastTheLimitArrivesEmptyWithItsSize() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("oversized")
+        try cluster.createTopic(topic, partitions: 1)
+        let producer = try KafkaProducer(configuration: TestSupport.producerConfig(cluster), logger: TestSupport.logger)
+        _ = try await producer.send(topic: topic, key: "k", value: [UInt8](repeating: 7, count: 1_001))
+        _ = try await producer.send(topic: topic, key: "k", value: [UInt8](repeating: 7, count: 1_000))
+        await producer.shutdown()
+        var config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
+        config.maxValueBytes = 1_000
+        let consumer = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
+        let messages = try await TestSupport.collect(2, from: consumer)
+        #expect(messages.map(\.value.count) == [0, 1_000])
+        #expect(messages.map(\.oversizedValueBytes) == [1_001, nil])
+        #expect(messages[0].key == Array("k".utf8))
+        await consumer.close()
+    }
+}
+
 /// `UnreadableRecordSkipper` without I/O: when a position is skipped, and stalls.
 @Suite struct UnreadableRecordSkipperTests {
     let partition = KafkaTopicPartition(topic: "t", partition: 0)

@@ -60,7 +60,8 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
 
     /// One `rd_kafka_consumer_poll`: serves callbacks (rebalances, commit results, errors) and returns
     /// at most one message. Blocks up to `timeoutMilliseconds`.
-    func poll(timeoutMilliseconds: Int32) -> PollResult {
+    /// A value larger than `maxValueBytes` is not copied: the message carries its size instead.
+    func poll(timeoutMilliseconds: Int32, maxValueBytes: Int = .max) -> PollResult {
         guard let message = rd_kafka_consumer_poll(handle, timeoutMilliseconds) else { return .nothing }
         defer { rd_kafka_message_destroy(message) }
         let m = message.pointee
@@ -79,7 +80,8 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
         }
         let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
         let key = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
-        let value = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
+        let oversized = m.len > maxValueBytes
+        let value = oversized ? [] : m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
         var headers: [KafkaHeader] = []
         var list: OpaquePointer?
         if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
@@ -95,11 +97,12 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
         }
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &timestampType)
-        return .message(
-            KafkaMessage(
-                topic: topic, partition: KafkaPartition(rawValue: m.partition), offset: KafkaOffset(rawValue: m.offset),
-                key: key, value: value, headers: headers,
-                timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp))
+        var record = KafkaMessage(
+            topic: topic, partition: KafkaPartition(rawValue: m.partition), offset: KafkaOffset(rawValue: m.offset),
+            key: key, value: value, headers: headers,
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+        if oversized { record.oversizedValueBytes = m.len }
+        return .message(record)
     }
 
     /// Commits explicit offsets (`rd_kafka_commit`). Blocking when `async` is `false`; then per-partition
