@@ -554,10 +554,14 @@ public final class Dispatcher: Sendable {
     /// for transient infrastructure failures.
     func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
         var records = records
-        if records.contains(where: { $0.unreadableError != nil || $0.oversizedValueBytes != nil }) {
+        // Send requests too large are refused by the send-request path (with a RequestCompleted).
+        let refusedHere: (KafkaMessage) -> Bool = { [configuration] message in
+            message.unreadableError != nil || (message.oversizedValueBytes != nil && message.topic != configuration.topics.sendRequests)
+        }
+        if records.contains(where: refusedHere) {
             for message in records where message.unreadableError != nil { try await deadLetterUnreadable(message) }
-            for message in records where message.oversizedValueBytes != nil { try await deadLetterOversized(message) }
-            records.removeAll { $0.unreadableError != nil || $0.oversizedValueBytes != nil }
+            for message in records where refusedHere(message) && message.unreadableError == nil { try await deadLetterOversized(message) }
+            records.removeAll(where: refusedHere)
         }
         guard let first = records.first else { return }
         if first.topic == configuration.topics.tokenEvents {
@@ -575,14 +579,20 @@ public final class Dispatcher: Sendable {
         metrics.deadLetters.increment(labels: ["undecodable_batch"])
     }
 
-    /// A record whose value is larger than `PUSH_MAX_SEND_REQUEST_BYTES` (the consumer did not copy
-    /// it): kept on the dead-letter topic with its size and no value.
+    /// The refusal of a record whose value is larger than `PUSH_MAX_SEND_REQUEST_BYTES` (the consumer
+    /// did not copy it).
+    private func oversized(_ message: KafkaMessage) -> SendRequestDecoder.Rejection {
+        SendRequestDecoder.Rejection(
+            "record value: \(message.oversizedValueBytes ?? 0) bytes (after the Kafka client decompressed it); at most \(configuration.intake.maxSendRequestBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
+            reason: "send_request_too_large")
+    }
+
+    /// A token event larger than `PUSH_MAX_SEND_REQUEST_BYTES`: kept on the dead-letter topic with its
+    /// size and no value.
     private func deadLetterOversized(_ message: KafkaMessage) async throws {
-        let size = message.oversizedValueBytes ?? 0
-        let error = "record value: \(size) bytes (after the Kafka client decompressed it); at most \(configuration.intake.maxSendRequestBytes) (PUSH_MAX_SEND_REQUEST_BYTES)"
-        logger.warning("record refused: too large", ["partition": "\(message.topicPartition)", "offset": "\(message.offset)", "bytes": "\(size)"])
-        try await feedback.deadLetter(message, error: error, rejectedBy: "dispatcher")
-        metrics.deadLetters.increment(labels: [message.topic == configuration.topics.sendRequests ? "send_request_too_large" : "invalid_token_event"])
+        logger.warning("token event refused: too large", ["partition": "\(message.topicPartition)", "offset": "\(message.offset)"])
+        try await feedback.deadLetter(message, error: "invalid TokenEvent: \(oversized(message))", rejectedBy: "dispatcher")
+        metrics.deadLetters.increment(labels: ["invalid_token_event"])
     }
 
     private func applyTokenEvents(_ records: [KafkaMessage]) async throws {
@@ -667,6 +677,7 @@ public final class Dispatcher: Sendable {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
+            if message.oversizedValueBytes != nil { throw oversized(message) }
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
             if let cancel = try CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) {
                 try await applyCancel(cancel)

@@ -315,18 +315,24 @@ struct HostileInputTests {
         try await send("after") { _ in }
         // Each request id ends visibly: a RequestCompleted (a refused one carries the error) or a
         // campaign row.
-        var accounted = Set<String>()
-        let deadline = ContinuousClock.now + .seconds(60)
-        while accounted.count < Set(ids).count, ContinuousClock.now < deadline {
-            let feedback = try await harness.read(harness.topics.feedback, timeout: .seconds(10)) { $0.count >= 1 }
-            for record in feedback {
-                if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { accounted.insert(completed.requestID) }
-            }
-            let campaigns = try await harness.store.pool.query("SELECT request_id FROM campaigns")
-            for row in campaigns { if let id = try row.string("request_id") { accounted.insert(id) } }
-            if accounted.count < Set(ids).count { try await Task.sleep(for: .milliseconds(200)) }
+        func completedIDs(_ records: [KafkaMessage]) -> Set<String> {
+            Set(records.compactMap { record in
+                if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { return completed.requestID }
+                return nil
+            })
         }
-        #expect(Set(ids).subtracting(accounted).isEmpty, "not accounted for: \(Set(ids).subtracting(accounted).sorted())")
+        let wanted = Set(ids)
+        var accounted = Set<String>()
+        try await harness.eventually("every request accounted for", timeout: .seconds(120)) {
+            let campaigns = Set(try await harness.store.pool.query("SELECT request_id FROM campaigns").compactMap { try $0.string("request_id") })
+            let records = try? await harness.read(harness.topics.feedback, timeout: .seconds(10)) { records in
+                wanted.subtracting(campaigns).isSubset(of: completedIDs(records))
+            }
+            guard let records else { return false }
+            accounted = campaigns.union(completedIDs(records))
+            return true
+        }
+        #expect(wanted.subtracting(accounted).isEmpty, "not accounted for: \(wanted.subtracting(accounted).sorted())")
         #expect(accounted.contains("after"))
         try await harness.stop()
     }
