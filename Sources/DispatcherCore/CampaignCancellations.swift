@@ -32,8 +32,10 @@ public final class CampaignCancellations: Sendable {
     public static func cancelRequest(in message: KafkaMessage, maxBytes: Int = SendRequestDecoder.Limits().maxBytes) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
         let header = RecordContentType(of: message)
         guard header.message == CancelRequest.protoMessageName else { return nil }
-        guard message.value.count <= maxBytes else {
-            throw .init("record value: \(message.value.count) bytes; at most \(maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)", reason: "send_request_too_large")
+        guard message.value.count <= maxBytes, message.oversizedValueBytes == nil else {
+            throw .init(
+                "record value: \(message.oversizedValueBytes ?? message.value.count) bytes; at most \(maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
+                reason: "send_request_too_large")
         }
         let contentType = header.text
         let cancel: CancelRequest

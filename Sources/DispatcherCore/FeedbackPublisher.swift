@@ -112,8 +112,8 @@ public final class FeedbackPublisher: Sendable {
         letter.rejectedBy = rejectedBy
         letter.rejectedAtMs = clock.nowMilliseconds()
         letter.originalValueSize = UInt64(message.oversizedValueBytes ?? message.value.count)
-        // An oversized value was never copied out of the Kafka client: no bytes, no digest.
-        letter.originalValueSha256 = message.oversizedValueBytes == nil ? Digest.sha256(message.value) : []
+        // An oversized value arrives as a prefix with the whole value's size and digest.
+        letter.originalValueSha256 = message.oversizedValueSHA256 ?? Digest.sha256(message.value)
         letter.originalValueTruncated = message.oversizedValueBytes != nil
         // Room for the value: the limit less the key, the header, the rest of the letter and the
         // value's own tag and length (at most 1 + 5 bytes), with a margin for librdkafka's framing.

@@ -112,8 +112,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// record, as librdkafka leaves it. The dispatcher sets `PUSH_CONSUMER_ERROR_RETRIES` (default 3).
     public var unreadableRecordRetries: Int? = nil
     /// Records whose value (as the Kafka client hands it over, after decompression) is larger than this
-    /// are handed out with an empty value and `KafkaMessage.oversizedValueBytes` set, without copying
-    /// the value (the client's own copy is freed at once). Nil (the default): every value is copied.
+    /// are handed out with only its first `maxValueBytes` bytes, `KafkaMessage.oversizedValueBytes`
+    /// and the whole value's SHA-256 (computed in place), without copying the rest (the client's own
+    /// copy is freed at once). Nil (the default): every value is copied.
     public var maxValueBytes: Int? = nil
     /// A partition whose client reported errors at its position and delivered no record for this long
     /// counts as stalled (`KafkaConsumer.stalledPartitions`). Default 60 s.

@@ -21,8 +21,11 @@ public struct KafkaMessage: Sendable, Hashable {
     /// `KafkaConsumerConfiguration.unreadableRecordRetries` set hand such records out.
     public var unreadableError: String?
     /// Set when the value was larger than `KafkaConsumerConfiguration.maxValueBytes`: its size in
-    /// bytes, while `value` is empty. The consumer never copied it out of the Kafka client.
+    /// bytes, while `value` holds only its first `maxValueBytes` bytes (the consumer never copied the
+    /// rest out of the Kafka client).
     public var oversizedValueBytes: Int?
+    /// With `oversizedValueBytes`: the SHA-256 of the whole value (32 bytes), computed in place.
+    public var oversizedValueSHA256: [UInt8]?
 
     public init(
         topic: String, partition: KafkaPartition, offset: KafkaOffset, key: [UInt8]?, value: [UInt8],

@@ -20,6 +20,18 @@ public enum Digest {
         digest(bytes, EVP_sha256(), name: "SHA-256")
     }
 
+    /// SHA-256 of bytes held elsewhere (a C library's buffer), without copying them.
+    /// - Returns: the 32-byte digest.
+    public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
+        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        let status = output.withUnsafeMutableBufferPointer { out in
+            EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, EVP_sha256(), nil)
+        }
+        precondition(status == 1, "OpenSSL EVP_Digest(SHA-256) failed")
+        return Array(output.prefix(Int(length)))
+    }
+
     /// HMAC-SHA-256 (RFC 2104, FIPS 180-4) of `message` under `key`, through OpenSSL's one-shot `HMAC`.
     /// - Parameters:
     ///   - key: the secret, any length.

@@ -338,8 +338,8 @@ struct HostileInputTests {
     }
 
     /// A gzip record that expands past `PUSH_MAX_SEND_REQUEST_BYTES` (5 MB of zeros, 5 KB compressed)
-    /// is dead-lettered as `send_request_too_large` with its size and without its value (the consumer
-    /// never copies it out of librdkafka), and the request after it is handled.
+    /// is dead-lettered as `send_request_too_large` with its size, SHA-256 and a prefix (the consumer
+    /// copies no more than the limit out of librdkafka), and the request after it is handled.
     @Test func aRecordThatExpandsPastTheLimitIsDeadLetteredWithoutBeingCopied() async throws {
         let harness = try await DispatcherHarness()
         let before = MetricsRegistry.shared.value("push_dead_letters_total", labels: ["send_request_too_large"]) ?? 0
@@ -361,7 +361,9 @@ struct HostileInputTests {
         #expect(letters.count == 1)
         let letter = try #require(letters.first)
         #expect(letter.sourceOffset == big.rawValue)
-        #expect(letter.originalValueSize == 5_000_000 && letter.originalValue.isEmpty && letter.originalValueTruncated)
+        #expect(letter.originalValueSize == 5_000_000 && letter.originalValueTruncated)
+        #expect(!letter.originalValue.isEmpty && letter.originalValue.count < 1_000_000 && letter.originalValue.allSatisfy { $0 == 0 })
+        #expect(letter.originalValueSha256 == Digest.sha256([UInt8](repeating: 0, count: 5_000_000)))
         #expect(letter.error.contains("PUSH_MAX_SEND_REQUEST_BYTES"), "\(letter.error)")
         #expect((MetricsRegistry.shared.value("push_dead_letters_total", labels: ["send_request_too_large"]) ?? 0) - before == 1)
         try await harness.stop()

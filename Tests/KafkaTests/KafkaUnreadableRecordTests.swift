@@ -91,7 +91,7 @@ struct KafkaUnreadableRecordTests {
     }
 }
 
-/// `maxValueBytes`: a value past it is handed out empty with its size, never copied.
+/// `maxValueBytes`: a value past it is handed out as a prefix with its size and digest, the rest never copied.
 @Suite(.timeLimit(.minutes(1)))
 struct KafkaOversizedValueTests {
     @Test func aValuePastTheLimitArrivesEmptyWithItsSize() async throws {
@@ -106,8 +106,10 @@ struct KafkaOversizedValueTests {
         config.maxValueBytes = 1_000
         let consumer = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let messages = try await TestSupport.collect(2, from: consumer)
-        #expect(messages.map(\.value.count) == [0, 1_000])
+        #expect(messages.map(\.value.count) == [1_000, 1_000])
         #expect(messages.map(\.oversizedValueBytes) == [1_001, nil])
+        #expect(messages[0].oversizedValueSHA256 == Digest.sha256([UInt8](repeating: 7, count: 1_001)))
+        #expect(messages[1].oversizedValueSHA256 == nil)
         #expect(messages[0].key == Array("k".utf8))
         await consumer.close()
     }

@@ -81,7 +81,7 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
         let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
         let key = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
         let oversized = m.len > maxValueBytes
-        let value = oversized ? [] : m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
+        let value = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: min(m.len, maxValueBytes))) } ?? []
         var headers: [KafkaHeader] = []
         var list: OpaquePointer?
         if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
@@ -101,7 +101,10 @@ final class RDKafkaConsumerClient: @unchecked Sendable {
             topic: topic, partition: KafkaPartition(rawValue: m.partition), offset: KafkaOffset(rawValue: m.offset),
             key: key, value: value, headers: headers,
             timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
-        if oversized { record.oversizedValueBytes = m.len }
+        if oversized {
+            record.oversizedValueBytes = m.len
+            record.oversizedValueSHA256 = m.payload.map { Digest.sha256(UnsafeRawBufferPointer(start: $0, count: m.len)) }
+        }
         return .message(record)
     }
 
