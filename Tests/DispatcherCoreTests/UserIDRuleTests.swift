@@ -66,3 +66,13 @@ import Testing
         }
     }
 }
+
+/// Token events with event times at the Int64 edges are refused or accepted, never a trap.
+@Suite struct TokenEventNumberEdgeTests {
+    @Test func eventTimesAtTheEdges() {
+        for (time, accepted) in [(Int64.min, false), (-1, false), (0, false), (1, true), (UserIDRuleTests.now, true), (Int64.max, false)] {
+            let message = RecordCheckTests.tokenEvent { $0.eventTimeMs = time }
+            #expect(((try? TokenEventChecker.checked(message, nowMs: UserIDRuleTests.now)) != nil) == accepted, "\(time)")
+        }
+    }
+}
