@@ -105,6 +105,27 @@ struct HotPathRetryWaiter: APNsRetryWaiter {
     }
 }
 
+extension HotPathRetryWaiter {
+    /// Waits for the device token's gate (`APNsDeviceGates`) with the budget permit released and the
+    /// wait counted as the record's (it gives its partition slot up while all its notifications
+    /// wait); takes a permit again before sending. The gate's wait is not parked: it ends at the
+    /// notification's retry deadline at the latest.
+    func waitForDeviceGate<T: Sendable>(attemptsSoFar: Int, _ turn: @Sendable () async throws -> T) async throws -> T {
+        permit.release()
+        activity?.beginWait()
+        let result: T
+        do {
+            result = try await turn()
+        } catch {
+            activity?.endWait()
+            throw error
+        }
+        activity?.endWait()
+        try await permit.acquire()
+        return result
+    }
+}
+
 /// The waiter of a parked notification being re-driven: every wait puts it back in
 /// `pending_retries`, due after the delay, and throws `RetryParked`; nothing waits in the process.
 struct ParkedRetryWaiter: APNsRetryWaiter {
