@@ -52,6 +52,23 @@ struct RetryWaiterTests {
         #expect(parked.withLock { $0 } == 0)
     }
 
+    /// In line for a device token's gate (APNsDeviceGates), a notification holds no budget permit and
+    /// gets one back before it sends.
+    @Test func waitingForADeviceGateHoldsNoPermit() async throws {
+        let budget = AsyncSemaphore(permits: 1)
+        let permit = NotificationPermit(budget)
+        try await permit.acquire()
+        let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(RetryTimers(), uncommitted: { 1 }), logger: Logger(label: "test")) { _, _, _ in }
+        let gate = AsyncSemaphore(permits: 1)
+        try await gate.acquire()  // the gate's slot is someone else's
+        let waiting = Task { try await waiter.waitForDeviceGate(attemptsSoFar: 1) { try await gate.acquire(); return 7 } }
+        try await Self.eventually { budget.availablePermits == 1 }
+        gate.release()
+        #expect(try await waiting.value == 7)
+        #expect(budget.availablePermits == 0, "the permit is taken again before sending")
+        permit.release()
+    }
+
     @Test func parksAtOnceWhenTheSpanIsFull() async throws {
         let budget = AsyncSemaphore(permits: 1)
         let permit = NotificationPermit(budget)
