@@ -69,6 +69,28 @@ struct RetryWaiterTests {
         permit.release()
     }
 
+    /// In line for a device gate when its partition fills (or stops), a notification leaves the line
+    /// and is parked, due at once, holding no permit.
+    @Test func waitingForADeviceGateIsWokenToPark() async throws {
+        let timers = RetryTimers()
+        let budget = AsyncSemaphore(permits: 1)
+        let permit = NotificationPermit(budget)
+        try await permit.acquire()
+        let parkedDelays = Mutex<[Duration]>([])
+        let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(timers, uncommitted: { 1 }), logger: Logger(label: "test")) { delay, _, _ in
+            parkedDelays.withLock { $0.append(delay) }
+        }
+        let gate = AsyncSemaphore(permits: 1)
+        try await gate.acquire()  // nobody ever hands this notification the slot
+        let waiting = Task { try await waiter.waitForDeviceGate(attemptsSoFar: 1) { try await gate.acquire(); return 1 } }
+        try await Self.eventually { timers.waiting == 1 }
+        #expect(timers.parkAll(of: Self.partition) == 1)
+        await #expect(throws: RetryParked.self) { try await waiting.value }
+        #expect(parkedDelays.withLock { $0 } == [.zero])
+        #expect(gate.queuedWaiters == 0, "it left the line")
+        #expect(budget.availablePermits == 1)
+    }
+
     @Test func parksAtOnceWhenTheSpanIsFull() async throws {
         let budget = AsyncSemaphore(permits: 1)
         let permit = NotificationPermit(budget)
