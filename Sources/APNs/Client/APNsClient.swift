@@ -256,6 +256,7 @@ public final class APNsClient: Sendable {
         // failed for its token's reason (then it is never the circuit breaker's half-open trial).
         var holdsGateTurn = false
         var hadTokenFailure = false
+        var heldByGate = false
         defer { if holdsGateTurn { gates.finish(token, holdsTurn: true, outcome: .other) } }
         // The longest an attempt may take: its request timeout plus setting up a connection.
         let attemptBudget = configuration.requestTimeout + configuration.connectTimeout
@@ -283,6 +284,8 @@ public final class APNsClient: Sendable {
             switch why {
             case .tooManyUnprocessedResends:
                 return APNsError(code: .deliveryFailed, message: "sent \(machine.unprocessedResends) times without APNs processing it", cause: lastError, attempts: attempts)
+            case .retryHorizonExceeded where heldByGate:
+                return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the device token's gate held it (its 429 TooManyRequests or timed-out streams) after \(attempts) attempts", cause: lastError, attempts: attempts)
             case .retryHorizonExceeded where machine.lastEventWasCircuitOpen || lastError == nil:
                 return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the circuit breaker held every send to \(pool.endpoint.host)", cause: lastError, attempts: attempts)
             default:
@@ -314,6 +317,7 @@ public final class APNsClient: Sendable {
                     let wait = notBefore - APNsConnectionPool.monotonicMilliseconds()
                     if wait > 0 {
                         if configuration.clock.nowMilliseconds() + wait > machine.deadlineMilliseconds {
+                            heldByGate = true
                             return try gaveUp(.retryHorizonExceeded)
                         }
                         try await pause(.milliseconds(wait), gates.closedBecause(token))
