@@ -28,12 +28,12 @@ import ServiceCore
 /// - `GET /admin/requests` → `{"requests":[{"environment":"sandbox"|"production","connection":<id>,
 ///   "stream":<id>,"received_at_ms":<ms>,"method","path","headers":[[name,value],…],"body":<text>,
 ///   "body_bytes":<n>,"status":<int>|null,"reason"?,"timestamp"?,"apns_id"?,"fault"?:"unanswered"|
-///   "dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
+///   "hung"|"dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
 ///   oldest first, at most `recordLimit`. `jwt` is decoded from `authorization`, not verified.
 ///   Query parameters narrow it (``RecordQuery``): `?device_token=<hex>`, `since_ms=<ms>` (simulator
 ///   clock), `limit=<n>` (the newest n); an unknown parameter or a bad value is a 400 naming it.
 /// - `GET /admin/counters` → `{"counters":{"200":n,"400 BadDeviceToken":n,"unanswered":n,"dropped":n,
-///   "goaway":n,…},"total":<requests>}`. `unanswered` and `dropped` count requests left without an
+///   "hung":n,"goaway":n,…},"total":<requests>}`. `unanswered`, `hung` and `dropped` count requests left without an
 ///   answer (and admin drops); `goaway` counts GOAWAYs sent by faults or the admin API.
 /// - `POST /admin/reset` → `{"reset":true}`: forgets requests and counters, restores the start faults
 ///   and token lists.

@@ -8,7 +8,7 @@ import Foundation
 /// `PUT /admin/faults`).
 ///
 /// Order of application for each device-push request: the stream counters of its connection
-/// (``dropAfterStreams``, ``unansweredShare``) first, then Apple's checks, then for requests that
+/// (``dropAfterStreams``, ``unansweredShare``, ``hungTokens``) first, then Apple's checks, then for requests that
 /// passed every check ``tokenRateLimit``, ``statusShares`` and ``reasonShares``; ``latency`` delays whatever answer
 /// results; ``goAway`` follows the answer. Per-connection timers (``goAway`` `every`,
 /// ``maxConcurrentStreamsSchedule``) start at the connection's first request, the moment the
@@ -23,6 +23,7 @@ import Foundation
 ///  "goaway": {"after_streams": 100, "every_ms": 30000, "reason": "Shutdown", "error_code": 0},
 ///  "drop_after_streams": 50,
 ///  "unanswered_share": 0.1,
+///  "hung_tokens": {"share": 0.02, "tokens": ["<hex device token>"]},
 ///  "provider_tokens_expired_through_iat": 1796100000,
 ///  "max_concurrent_streams": 1000,
 ///  "max_concurrent_streams_schedule": [{"after_ms": 1000, "value": 10}, {"after_ms": 5000, "value": 1000}]}
@@ -71,6 +72,36 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
         public init(maxPushes: Int, window: Duration) {
             self.maxPushes = maxPushes
             self.window = window
+        }
+    }
+
+    /// Device tokens whose pushes are never answered, every time (a device APNs cannot deliver to
+    /// and never answers for, while every other stream of the same connection is answered). Unlike
+    /// ``unansweredShare``, which draws per request, a token is either hung or not: chosen by a hash
+    /// of its hex (FNV-1a) below ``share``, or listed in ``tokens``.
+    public struct HungTokens: Sendable, Equatable {
+        /// Share (0…1) of all device tokens that hang, chosen by ``isHung(_:)``'s hash. JSON `share`.
+        public var share: Double
+        /// Device tokens (lowercase hex) that hang whatever the share. JSON `tokens` (any case).
+        public var tokens: Set<String>
+
+        /// Creates a hung-tokens fault.
+        public init(share: Double = 0, tokens: Set<String> = []) {
+            self.share = share
+            self.tokens = Set(tokens.map { $0.lowercased() })
+        }
+
+        /// Whether pushes to `tokenHex` (lowercase hex) are never answered: listed, or its FNV-1a
+        /// 64-bit hash modulo 1,000,000 is below `share` × 1,000,000 (the same answer every time).
+        public func isHung(_ tokenHex: String) -> Bool {
+            if tokens.contains(tokenHex) { return true }
+            guard share > 0 else { return false }
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in tokenHex.utf8 {
+                hash ^= UInt64(byte)
+                hash = hash &* 0x100_0000_01b3
+            }
+            return Double(hash % 1_000_000) < share * 1_000_000
         }
     }
 
@@ -128,6 +159,8 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     /// Share (0…1) of requests that never get an answer (the stream stays open until the client
     /// resets it or the connection closes). JSON `unanswered_share`.
     public var unansweredShare: Double = 0
+    /// Device tokens whose pushes are never answered; nil = off. JSON `hung_tokens`.
+    public var hungTokens: HungTokens?
     /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection is trusted (token auth: after its first
     /// successful request; certificate auth: at its first request). New connections start at 1
     /// (docs/apns-protocol.md §6). JSON `max_concurrent_streams`, default 1000.
@@ -146,7 +179,7 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     /// True when no answer is ever delayed, refused or withheld by a fault.
     var isQuiet: Bool {
         latency == nil && statusShares.isEmpty && reasonShares.isEmpty && tokenRateLimit == nil && goAway == nil
-            && dropAfterStreams == 0 && unansweredShare == 0 && maxConcurrentStreamsSchedule.isEmpty
+            && dropAfterStreams == 0 && unansweredShare == 0 && hungTokens == nil && maxConcurrentStreamsSchedule.isEmpty
     }
 }
 
@@ -245,6 +278,19 @@ extension APNsSimulatorFaults {
         }
         dropAfterStreams = try reader.int("drop_after_streams", range: 0...Int(Int32.max)) ?? 0
         unansweredShare = try reader.share("unanswered_share") ?? 0
+        if let hung = try reader.object("hung_tokens") {
+            var sub = JSONReader(hung, path: "faults.hung_tokens")
+            let share = try sub.share("share") ?? 0
+            var tokens: Set<String> = []
+            for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
+                guard let text = item as? String, let token = try? DeviceToken(validating: text) else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.hung_tokens.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
+                }
+                tokens.insert(token.hex)
+            }
+            try sub.finish()
+            hungTokens = HungTokens(share: share, tokens: tokens)
+        }
         providerTokensExpiredThroughIat = try reader.int64("provider_tokens_expired_through_iat")
         maxConcurrentStreams = UInt32(try reader.int("max_concurrent_streams", range: 1...Int(Int32.max)) ?? 1000)
         if let steps = try reader.array("max_concurrent_streams_schedule") {
@@ -280,6 +326,7 @@ extension APNsSimulatorFaults {
                 "max_ms": latency.maximum.wholeMilliseconds, "mean_ms": latency.mean.wholeMilliseconds, "share": latency.share,
             ]
         }
+        if let hungTokens { object["hung_tokens"] = ["share": hungTokens.share, "tokens": hungTokens.tokens.sorted()] as [String: Any] }
         if let providerTokensExpiredThroughIat { object["provider_tokens_expired_through_iat"] = providerTokensExpiredThroughIat }
         if let tokenRateLimit {
             object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.wholeMilliseconds]

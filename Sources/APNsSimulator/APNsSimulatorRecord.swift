@@ -29,7 +29,7 @@ public struct APNsSimulatorRecord: Sendable {
     public var timestampMilliseconds: Int64?
     /// The `apns-id` answered.
     public var apnsID: String?
-    /// The fault that shaped the answer: `unanswered`, `dropped`, `refused` (above the
+    /// The fault that shaped the answer: `unanswered`, `hung` (a hung device token), `dropped`, `refused` (above the
     /// last-stream-id of a GOAWAY already sent: not processed, no answer), `injected` (a status
     /// share or the per-token rate limit), or nil.
     public var fault: String?

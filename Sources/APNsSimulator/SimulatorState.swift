@@ -261,6 +261,13 @@ final class SimulatorState: Sendable {
             recorder.append(record, counter: "unanswered")
             return
         }
+        if let hung = faults.hungTokens, request.path.hasPrefix("/3/device/"),
+           hung.isHung(String(request.path.dropFirst("/3/device/".utf8.count)).lowercased()) {
+            // A hung device token: never answered; the stream stays open until the client resets it.
+            record.fault = "hung"
+            recorder.append(record, counter: "hung")
+            return
+        }
 
         let fields = Fields(request.headers)
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)

@@ -105,6 +105,66 @@ struct HotPathRetryWaiter: APNsRetryWaiter {
     }
 }
 
+extension HotPathRetryWaiter {
+    /// Waits for the device token's gate (`APNsDeviceGates`) with the budget permit released and the
+    /// wait counted as the record's (it gives its partition slot up while all its notifications
+    /// wait); takes a permit again before sending. Woken to park while in line (its partition's span
+    /// is full, or the partition stops), it leaves the line and parks, due at once, like a timer wait.
+    func waitForDeviceGate<T: Sendable>(attemptsSoFar: Int, _ turn: @Sendable () async throws -> T) async throws -> T {
+        permit.release()
+        activity?.beginWait()
+        let outcome: Result<T, any Error>? = await withoutActuallyEscaping(turn) { turn in
+            await withTaskGroup(of: GateRace<T>.self) { group in
+                group.addTask {
+                    do { return .turn(.success(try await turn())) } catch { return .turn(.failure(error)) }
+                }
+                group.addTask { [context] in
+                    // As long as the longest retry horizon: only a wake to park ends it first.
+                    let wake = try? await context.timers.sleep(for: .seconds(86_400), partition: context.partition)
+                    return wake == .park ? .park : .cancelled
+                }
+                var result: Result<T, any Error>?
+                var parking = false
+                while let next = await group.next() {
+                    switch next {
+                    case .turn(let value):
+                        result = value
+                        group.cancelAll()
+                    case .park:
+                        parking = true
+                        group.cancelAll()  // leaves the line; a slot handed over meanwhile still wins
+                    case .cancelled:
+                        break
+                    }
+                }
+                if parking, case .failure(let error)? = result, error is CancellationError, !Task.isCancelled { return nil }
+                return result
+            }
+        }
+        activity?.endWait()
+        guard let outcome else {
+            do {
+                try await park(.zero, attemptsSoFar, .tooManyRequests)
+            } catch {
+                logger.warning("parking a device-gated notification failed: sending it now", ["error": "\(error)"])
+                try await permit.acquire()
+                return try await turn()
+            }
+            throw RetryParked(reason: "\(RetryParkingPolicy.ParkReason.spanFull.rawValue), device gate")
+        }
+        let value = try outcome.get()
+        try await permit.acquire()
+        return value
+    }
+}
+
+/// How the race between a device gate and a wake to park ended.
+private enum GateRace<T: Sendable>: Sendable {
+    case turn(Result<T, any Error>)
+    case park
+    case cancelled
+}
+
 /// The waiter of a parked notification being re-driven: every wait puts it back in
 /// `pending_retries`, due after the delay, and throws `RetryParked`; nothing waits in the process.
 struct ParkedRetryWaiter: APNsRetryWaiter {

@@ -16,6 +16,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
              "token_rate_limit": {"max_pushes": 1, "window_ms": 1000},
              "goaway": {"after_streams": 7, "every_ms": 2000, "reason": "Shutdown", "error_code": 0},
              "drop_after_streams": 9, "unanswered_share": 0.25, "max_concurrent_streams": 10,
+             "hung_tokens": {"share": 0.02, "tokens": ["\("AB" * 32)"]},
              "max_concurrent_streams_schedule": [{"after_ms": 100, "value": 1}]}
             """
         let faults = try APNsSimulatorFaults(json: Array(text.utf8))
@@ -26,6 +27,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         #expect(faults.goAway == .init(afterStreams: 7, every: .seconds(2), reason: "Shutdown", errorCode: 0))
         #expect(faults.dropAfterStreams == 9 && faults.unansweredShare == 0.25 && faults.maxConcurrentStreams == 10)
         #expect(faults.maxConcurrentStreamsSchedule == [.init(after: .milliseconds(100), value: 1)])
+        #expect(faults.hungTokens == .init(share: 0.02, tokens: ["ab" * 32]))
         let again = try APNsSimulatorFaults(jsonObject: faults.jsonObject)
         #expect(again == faults)
         #expect(try APNsSimulatorFaults(json: Array("{}".utf8)) == APNsSimulatorFaults())
@@ -39,6 +41,8 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         (#"{"goaway": {"after_streams": "3"}}"#, "faults.goaway.after_streams: expected an integer"),
         (#"{"token_rate_limit": {"max_pushes": 3}}"#, "max_pushes and window_ms are required"),
         (#"{"latency": {"min_ms": 5, "max_ms": 1}}"#, "max_ms is below min_ms"),
+        (#"{"hung_tokens": {"tokens": ["xyz"]}}"#, "faults.hung_tokens.tokens[0]: expected a device token"),
+        (#"{"hung_tokens": {"share": 1.5}}"#, "faults.hung_tokens.share: expected a number in 0…1"),
         ("[1]", "expected a JSON object"),
     ])
     func faultsJSONErrorsNameTheKey(json: String, message: String) {
@@ -47,6 +51,17 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         } throws: { error in
             (error as? APNsSimulatorError)?.code == .invalidConfiguration && "\(error)".contains(message)
         }
+    }
+
+    /// A hung share picks the same tokens every time, close to the share; a listed token always hangs.
+    @Test func hungTokensAreChosenPerTokenAndStable() {
+        let fault = APNsSimulatorFaults.HungTokens(share: 0.02, tokens: ["CD" * 32])
+        let tokens = (0..<20_000).map { String(format: "%08x", $0) + "ab" * 28 }
+        let hung = tokens.filter(fault.isHung)
+        #expect(hung.count > 300 && hung.count < 500, "about 2 % of 20,000: \(hung.count)")
+        #expect(tokens.filter(fault.isHung) == hung)
+        #expect(fault.isHung("cd" * 32))
+        #expect(!APNsSimulatorFaults.HungTokens(share: 0).isHung(tokens[0]))
     }
 
     @Test func recordQueryParsesAndNamesWhatIsWrong() throws {

@@ -15,7 +15,7 @@ import Testing
         return policy
     }
 
-    @Test func opensAfterARunOfFailuresOverSeveralConnectionsWithinTheWindow() {
+    @Test func opensWhenFailuresDominateTheWindowOverSeveralConnections() {
         var breaker = APNsCircuitBreaker(policy: policy)
         for i in 0..<4 { #expect(breaker.recordFailure(connection: i % 2, nowMilliseconds: Int64(i) * 100) == nil) }
         let opened = breaker.recordFailure(connection: 0, nowMilliseconds: 400)
@@ -30,17 +30,66 @@ import Testing
         #expect(breaker.state == .closed)
     }
 
-    @Test func aSuccessBreaksTheRunAndOldFailuresLeaveTheWindow() {
+    /// Successes count: failures spread among many answers (a few bad devices, a GOAWAY now and then)
+    /// never open it, however many there are; the same failures without the answers do.
+    @Test func failuresAmongManyAnswersDoNotOpenIt() {
+        var breaker = APNsCircuitBreaker(policy: policy)
+        var now: Int64 = 0
+        for round in 0..<600 {
+            for _ in 0..<2 { _ = breaker.recordSuccess(nowMilliseconds: now) }
+            #expect(breaker.recordFailure(connection: round % 4, nowMilliseconds: now) == nil, "at \(now) ms")
+            now += 50
+        }
+        #expect(breaker.state == .closed)
+        #expect(breaker.counts(nowMilliseconds: now).failures > 100)
+        // Answers stop (APNs fails for everyone): the failures now dominate the window, and it opens.
+        var opened: APNsCircuitBreaker.Transition?
+        var failuresToOpen = 0
+        while opened == nil && failuresToOpen < 1000 {
+            failuresToOpen += 1
+            opened = breaker.recordFailure(connection: failuresToOpen % 4, nowMilliseconds: now)
+            now += 10
+        }
+        #expect(opened?.to == .open)
+        #expect(failuresToOpen < 250, "\(failuresToOpen) failures in a row to open")
+    }
+
+    @Test func oldAnswersAndFailuresLeaveTheWindow() {
         var breaker = APNsCircuitBreaker(policy: policy)
         for i in 0..<4 { _ = breaker.recordFailure(connection: i, nowMilliseconds: 0) }
-        _ = breaker.recordSuccess(nowMilliseconds: 1)
+        for _ in 0..<100 { _ = breaker.recordSuccess(nowMilliseconds: 1) }
         for i in 0..<4 { _ = breaker.recordFailure(connection: i, nowMilliseconds: 2) }
         #expect(breaker.state == .closed)
-        // Four more, 11 s later: the earlier four left the window.
+        // 11 s later the answers (and the earlier failures) left the window: five failures open it.
         for i in 0..<4 { _ = breaker.recordFailure(connection: i, nowMilliseconds: 11_000) }
         #expect(breaker.state == .closed)
         _ = breaker.recordFailure(connection: 9, nowMilliseconds: 11_001)
         #expect(breaker.state == .open)
+    }
+
+    /// The half-open trial is never a notification with a failure of its own: callers that may not
+    /// probe wait, the first that may goes.
+    @Test func halfOpenTrialIsOnlyANotificationThatMayProbe() {
+        var breaker = opened()
+        let (first, transition) = breaker.admit(nowMilliseconds: 2_000, random: 0, mayProbe: false)
+        #expect(first == .wait(.seconds(1)))
+        #expect(transition?.to == .halfOpen)
+        for t in [2_100, 30_000, 60_000] as [Int64] {
+            #expect(breaker.admit(nowMilliseconds: t, random: 0, mayProbe: false).0 == .wait(.seconds(1)), "no trial at \(t)")
+        }
+        #expect(breaker.admit(nowMilliseconds: 60_001, random: 0, mayProbe: true).0 == .trial)
+        #expect(breaker.admit(nowMilliseconds: 60_002, random: 0, mayProbe: true).0 == .wait(.seconds(1)), "one trial at a time")
+    }
+
+    /// A trial that fails for its token's reason (its stream timed out on a connection that still
+    /// answers) does not reopen the breaker: the next caller that may probe goes at once.
+    @Test func anAbandonedTrialDoesNotReopen() {
+        var breaker = opened()
+        #expect(breaker.admit(nowMilliseconds: 2_000, random: 0).0 == .trial)
+        breaker.abandonTrial(nowMilliseconds: 3_000)
+        #expect(breaker.state == .halfOpen && breaker.openings == 1)
+        #expect(breaker.admit(nowMilliseconds: 3_000, random: 0).0 == .trial)
+        #expect(breaker.recordSuccess(nowMilliseconds: 3_010)?.to == .closed)
     }
 
     @Test func halfOpenLetsExactlyOneRealNotificationThrough() {

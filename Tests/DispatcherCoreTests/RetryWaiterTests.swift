@@ -52,6 +52,45 @@ struct RetryWaiterTests {
         #expect(parked.withLock { $0 } == 0)
     }
 
+    /// In line for a device token's gate (APNsDeviceGates), a notification holds no budget permit and
+    /// gets one back before it sends.
+    @Test func waitingForADeviceGateHoldsNoPermit() async throws {
+        let budget = AsyncSemaphore(permits: 1)
+        let permit = NotificationPermit(budget)
+        try await permit.acquire()
+        let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(RetryTimers(), uncommitted: { 1 }), logger: Logger(label: "test")) { _, _, _ in }
+        let gate = AsyncSemaphore(permits: 1)
+        try await gate.acquire()  // the gate's slot is someone else's
+        let waiting = Task { try await waiter.waitForDeviceGate(attemptsSoFar: 1) { try await gate.acquire(); return 7 } }
+        try await Self.eventually { budget.availablePermits == 1 }
+        gate.release()
+        #expect(try await waiting.value == 7)
+        #expect(budget.availablePermits == 0, "the permit is taken again before sending")
+        permit.release()
+    }
+
+    /// In line for a device gate when its partition fills (or stops), a notification leaves the line
+    /// and is parked, due at once, holding no permit.
+    @Test func waitingForADeviceGateIsWokenToPark() async throws {
+        let timers = RetryTimers()
+        let budget = AsyncSemaphore(permits: 1)
+        let permit = NotificationPermit(budget)
+        try await permit.acquire()
+        let parkedDelays = Mutex<[Duration]>([])
+        let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(timers, uncommitted: { 1 }), logger: Logger(label: "test")) { delay, _, _ in
+            parkedDelays.withLock { $0.append(delay) }
+        }
+        let gate = AsyncSemaphore(permits: 1)
+        try await gate.acquire()  // nobody ever hands this notification the slot
+        let waiting = Task { try await waiter.waitForDeviceGate(attemptsSoFar: 1) { try await gate.acquire(); return 1 } }
+        try await Self.eventually { timers.waiting == 1 }
+        #expect(timers.parkAll(of: Self.partition) == 1)
+        await #expect(throws: RetryParked.self) { try await waiting.value }
+        #expect(parkedDelays.withLock { $0 } == [.zero])
+        #expect(gate.queuedWaiters == 0, "it left the line")
+        #expect(budget.availablePermits == 1)
+    }
+
     @Test func parksAtOnceWhenTheSpanIsFull() async throws {
         let budget = AsyncSemaphore(permits: 1)
         let permit = NotificationPermit(budget)

@@ -2,17 +2,23 @@ import ServiceCore
 
 /// The circuit breaker of one (credentials, environment) pool (docs/apns-client.md "Circuit
 /// breaker"): when APNs fails for everyone, stop sending instead of spending every notification's
-/// retries, and come back without a stampede.
+/// retries, and come back without a stampede. It sees only Apple-wide trouble: what one device token
+/// does (a 429 `TooManyRequests`, streams that time out while the connection answers others) is that
+/// token's failure, handled by ``APNsDeviceGates``, and never reaches it.
 ///
-/// - **closed**: every send goes. A run of ``Policy/failureThreshold`` failures (5xx answers, lost
-///   connections, timed-out streams, failed opens) without a success in between, within
-///   ``Policy/window`` and on at least ``Policy/minimumConnections`` distinct connections, opens it.
-///   Any answer below 500 is a success (APNs is up even when it refuses a notification).
+/// - **closed**: every send goes. Within the sliding ``Policy/window`` it counts answers (any status
+///   below 500 but a 429 that is not about one device: APNs is up even when it refuses a notification)
+///   and Apple-wide failures (5xx answers, lost connections and transport errors, GOAWAY, PINGs not
+///   answered, failed opens). It opens when the failures are at least ``Policy/failureThreshold``,
+///   at least ``Policy/failureRatio`` of everything counted, and span ``Policy/minimumConnections``
+///   distinct connections.
 /// - **open**: nothing is sent; callers wait (no attempt spent). After the open period (capped
 ///   exponential: ``Policy/openBackoff`` by the number of consecutive openings) it is half-open.
-/// - **half-open**: the first caller is let through: one real, queued notification, never a probe
-///   push. Everyone else waits ``Policy/halfOpenWait``. Its success closes the breaker, its failure
-///   opens it again for longer; a trial without a result after ``Policy/trialTimeout`` lets another through.
+/// - **half-open**: the first caller that may probe is let through: one real notification that has no
+///   failure of its own (never a probe push, never a retry of a device token with a failure history).
+///   Everyone else waits ``Policy/halfOpenWait``. Its answer closes the breaker, an Apple-wide failure
+///   opens it again for longer; a trial that fails for a token-specific reason
+///   (``abandonTrial(nowMilliseconds:)``) or has no result after ``Policy/trialTimeout`` lets another through.
 /// - **closing ramp**: for ``Policy/rampUp`` after closing, a caller is let through with probability
 ///   elapsed/rampUp (at least 5 %); the others wait a random part of the rest of the ramp, so thousands
 ///   of waiting retries do not fire at once.
@@ -21,11 +27,14 @@ import ServiceCore
 public struct APNsCircuitBreaker: Sendable {
     /// Thresholds and timings.
     public struct Policy: Sendable, Hashable {
-        /// Failures in a run that open the breaker. Default 5.
+        /// Fewest Apple-wide failures within ``window`` that open the breaker. Default 5.
         public var failureThreshold: Int = 5
-        /// The run's failures must all fall within this. Default 10 s.
+        /// Least share (0…1) of failures among the answers and failures within ``window`` that opens
+        /// the breaker. Default 0.5.
+        public var failureRatio: Double = 0.5
+        /// The sliding window over which answers and failures are counted (in tenths). Default 10 s.
         public var window: Duration = .seconds(10)
-        /// Distinct connections the run must span. Default 2 (a pool of one connection: 1).
+        /// Distinct connections the window's failures must span. Default 2 (a pool of one connection: 1).
         public var minimumConnections: Int = 2
         /// Open period by consecutive openings: 2 s doubling to 30 s (no jitter: one timer per pool).
         public var openBackoff = APNsClient.Configuration.Backoff(initial: .seconds(2), maximum: .seconds(30))
@@ -54,8 +63,8 @@ public struct APNsCircuitBreaker: Sendable {
     public enum Admission: Sendable, Hashable {
         /// Send now.
         case send
-        /// Send as the half-open trial: report its outcome with ``recordSuccess(nowMilliseconds:)`` or
-        /// ``recordFailure(connection:nowMilliseconds:)``.
+        /// Send as the half-open trial: report its outcome with ``recordSuccess(nowMilliseconds:)``,
+        /// ``recordFailure(connection:nowMilliseconds:)`` or ``abandonTrial(nowMilliseconds:)``.
         case trial
         /// Do not send; ask again after this.
         case wait(Duration)
@@ -84,7 +93,7 @@ public struct APNsCircuitBreaker: Sendable {
     public private(set) var state: State = .closed
     /// Consecutive openings (reset when a trial succeeds).
     public private(set) var openings = 0
-    private var run: [(at: Int64, connection: Int)] = []
+    private var buckets = [Bucket](repeating: Bucket(), count: Self.bucketCount)
     private var openUntil: Int64 = 0
     private var trialStartedAt: Int64?
     private var rampStart: Int64?
@@ -95,7 +104,9 @@ public struct APNsCircuitBreaker: Sendable {
     }
 
     /// Asks whether a send may go at `now` (ms). `random` is a number in 0…1 (the ramp's dice).
-    public mutating func admit(nowMilliseconds now: Int64, random: Double) -> (Admission, Transition?) {
+    /// `mayProbe`: the notification may be the half-open trial (it has no failure of its own and its
+    /// device token no failure history); others wait while the breaker is half-open.
+    public mutating func admit(nowMilliseconds now: Int64, random: Double, mayProbe: Bool = true) -> (Admission, Transition?) {
         switch state {
         case .closed:
             guard let start = rampStart else { return (.send, nil) }
@@ -112,21 +123,49 @@ public struct APNsCircuitBreaker: Sendable {
         case .open:
             if now < openUntil { return (.wait(.milliseconds(openUntil - now)), nil) }
             state = .halfOpen
+            guard mayProbe else {
+                trialStartedAt = nil
+                return (.wait(policy.halfOpenWait), Transition(from: .open, to: .halfOpen))
+            }
             trialStartedAt = now
             return (.trial, Transition(from: .open, to: .halfOpen))
         case .halfOpen:
             if let started = trialStartedAt, now - started < policy.trialTimeout.wholeMilliseconds {
                 return (.wait(policy.halfOpenWait), nil)
             }
+            guard mayProbe else { return (.wait(policy.halfOpenWait), nil) }
             trialStartedAt = now
             return (.trial, nil)
         }
     }
 
-    /// APNs answered (any status below 500) at `now`.
+    /// The half-open trial failed for a reason that is its device token's, not Apple's (its stream
+    /// timed out while its connection still answers PINGs, a 429 `TooManyRequests`): the breaker
+    /// stays half-open and lets the next caller that may probe through at once.
+    public mutating func abandonTrial(nowMilliseconds now: Int64) {
+        guard state == .halfOpen else { return }
+        trialStartedAt = nil
+    }
+
+    /// Answers and failures counted within the window ending at `now` (ms).
+    public func counts(nowMilliseconds now: Int64) -> (answers: Int, failures: Int) {
+        let index = bucketIndex(now)
+        var answers = 0
+        var failures = 0
+        for bucket in buckets where bucket.index > index - Int64(Self.bucketCount) && bucket.index <= index {
+            answers += bucket.answers
+            failures += bucket.failures
+        }
+        return (answers, failures)
+    }
+
+    /// APNs answered (any status below 500 but a 429 that is not about one device) at `now`.
     public mutating func recordSuccess(nowMilliseconds now: Int64) -> Transition? {
-        run.removeAll()
-        guard state != .closed else { return nil }
+        guard state != .closed else {
+            update(now) { $0.answers += 1 }
+            return nil
+        }
+        clearBuckets()
         let from = state
         state = .closed
         openings = 0
@@ -135,7 +174,8 @@ public struct APNsCircuitBreaker: Sendable {
         return Transition(from: from, to: .closed)
     }
 
-    /// A 5xx answer, a lost connection, a timed-out stream or a failed open at `now`. `connection`
+    /// An Apple-wide failure at `now`: a 5xx answer (or a 429 not about one device), a lost
+    /// connection or transport error, a GOAWAY, an unanswered PING, a failed open. `connection`
     /// identifies the connection (distinct negative numbers for failed opens).
     public mutating func recordFailure(connection: Int, nowMilliseconds now: Int64) -> Transition? {
         switch state {
@@ -144,18 +184,60 @@ public struct APNsCircuitBreaker: Sendable {
         case .halfOpen:
             return open(now: now, from: .halfOpen)
         case .closed:
-            run.append((now, connection))
-            let horizon = now - policy.window.wholeMilliseconds
-            run.removeAll { $0.at < horizon }
-            guard run.count >= policy.failureThreshold else { return nil }
-            guard Set(run.map(\.connection)).count >= max(1, policy.minimumConnections) else { return nil }
+            let minimumConnections = max(1, policy.minimumConnections)
+            update(now) { bucket in
+                bucket.failures += 1
+                if bucket.connections.count < minimumConnections, !bucket.connections.contains(connection) {
+                    bucket.connections.append(connection)
+                }
+            }
+            let (answers, failures) = counts(nowMilliseconds: now)
+            guard failures >= policy.failureThreshold else { return nil }
+            guard Double(failures) >= policy.failureRatio * Double(answers + failures) else { return nil }
+            let index = bucketIndex(now)
+            var connections: Set<Int> = []
+            for bucket in buckets where bucket.index > index - Int64(Self.bucketCount) && bucket.index <= index {
+                connections.formUnion(bucket.connections)
+            }
+            guard connections.count >= minimumConnections else { return nil }
             return open(now: now, from: .closed)
         }
     }
 
+    /// One tenth of the window: its answers, failures and (up to `minimumConnections`) failing connections.
+    private struct Bucket: Sendable {
+        var index: Int64 = .min
+        var answers = 0
+        var failures = 0
+        var connections: [Int] = []
+    }
+
+    private static let bucketCount = 10
+
+    private var bucketWidth: Int64 { max(1, policy.window.wholeMilliseconds / Int64(Self.bucketCount)) }
+
+    private func bucketIndex(_ now: Int64) -> Int64 { now >= 0 ? now / bucketWidth : (now - bucketWidth + 1) / bucketWidth }
+
+    private func slot(_ index: Int64) -> Int {
+        let count = Int64(Self.bucketCount)
+        return Int(((index % count) + count) % count)
+    }
+
+    /// Changes the bucket of `now`, emptied first when it last held an older tenth.
+    private mutating func update(_ now: Int64, _ change: (inout Bucket) -> Void) {
+        let index = bucketIndex(now)
+        let slot = slot(index)
+        if buckets[slot].index != index { buckets[slot] = Bucket(index: index) }
+        change(&buckets[slot])
+    }
+
+    private mutating func clearBuckets() {
+        for i in buckets.indices { buckets[i] = Bucket() }
+    }
+
     private mutating func open(now: Int64, from: State) -> Transition {
         openings += 1
-        run.removeAll()
+        clearBuckets()
         rampStart = nil
         trialStartedAt = nil
         let period = policy.openBackoff.delay(afterFailures: openings, random: 1)

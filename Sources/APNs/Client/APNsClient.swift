@@ -33,7 +33,8 @@ import Synchronization
 /// - 403 `ExpiredProviderToken` invalidates the JWT, retires the connection and retries once;
 /// - 429 `TooManyProviderTokenUpdates` keeps the JWT, retries after `retry.providerTokenUpdateDelay`
 ///   and counts the alert metric `provider_token_updates_refused`;
-/// - 429 `TooManyRequests` holds back every send to that device token only, growing per strike;
+/// - 429 `TooManyRequests` and a timed-out stream close that device token's gate
+///   (``APNsDeviceGates``): its notifications go one at a time behind one growing backoff;
 /// - every other 4xx and unknown reasons (metric `unknown_reasons`) are final at once.
 public final class APNsClient: Sendable {
     /// Where the client connects and how.
@@ -146,6 +147,10 @@ public final class APNsClient: Sendable {
         public var retry = RetryPolicy()
         /// The circuit breaker of each (credentials, environment) pool.
         public var circuitBreaker = APNsCircuitBreaker.Policy()
+        /// Most device tokens the per-device gate map keeps (``APNsDeviceGates``; least recently used
+        /// evicted). Its backoff is `retry.tooManyRequestsDelay` doubling to `retry.backoff.maximum`.
+        /// Default 100,000.
+        public var deviceGateCapacity: Int = 100_000
         /// How long transient failures are retried (`PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS`,
         /// `PUSH_APNS_RETRY_HORIZON_MS`).
         public var retryHorizon = APNsRetryHorizon()
@@ -171,17 +176,10 @@ public final class APNsClient: Sendable {
     private let credentialsByBundleID: [String: APNsCredentials]
     private let defaultCredentials: APNsCredentials?
     private let pools = Mutex<[PoolKey: APNsConnectionPool]>([:])
-    private let tokenHolds = Mutex<[String: TokenHold]>([:])
-    /// Entries in `tokenHolds` (read without the lock on every send).
-    private let tokenHoldCount = Atomic<Int>(0)
+    private let gates: APNsDeviceGateKeeper
     private let logger: Logger
     /// Counters for dashboards and alerts (the registry's `push_apns_*` families and a snapshot).
     public let metrics: APNsClientMetrics
-
-    private struct TokenHold {
-        var until: ContinuousClock.Instant
-        var strikes: Int
-    }
 
     /// Creates a client that signs every request with `tokens`' key (one team for every bundle ID).
     /// - Parameter metrics: where the `push_apns_*` families are counted; default the process's registry.
@@ -202,6 +200,11 @@ public final class APNsClient: Sendable {
         logger: Logger = Logger(label: "apns.client"), metrics: MetricsRegistry = .shared
     ) {
         self.metrics = APNsClientMetrics(registry: metrics)
+        var gatePolicy = APNsDeviceGates.Policy()
+        gatePolicy.backoff = .init(initial: configuration.retry.tooManyRequestsDelay,
+                                   maximum: max(configuration.retry.backoff.maximum, configuration.retry.tooManyRequestsDelay))
+        gatePolicy.capacity = configuration.deviceGateCapacity
+        self.gates = APNsDeviceGateKeeper(policy: gatePolicy, metrics: self.metrics, now: APNsConnectionPool.monotonicMilliseconds)
         self.configuration = configuration
         self.credentialsByBundleID = credentials
         self.defaultCredentials = defaultCredentials
@@ -249,7 +252,12 @@ public final class APNsClient: Sendable {
         // Apple's last answer: returned when retrying stops after a wait without one (an open
         // circuit, a lost connection), so the caller still sees Apple's status and reason.
         var lastResponse: APNsResponse?
-        var heldToken = false
+        // The per-device gate: whether this notification holds its token's slot, and whether it
+        // failed for its token's reason (then it is never the circuit breaker's half-open trial).
+        var holdsGateTurn = false
+        var hadTokenFailure = false
+        var heldByGate = false
+        defer { if holdsGateTurn { gates.finish(token, holdsTurn: true, outcome: .other) } }
         // The longest an attempt may take: its request timeout plus setting up a connection.
         let attemptBudget = configuration.requestTimeout + configuration.connectTimeout
 
@@ -276,6 +284,8 @@ public final class APNsClient: Sendable {
             switch why {
             case .tooManyUnprocessedResends:
                 return APNsError(code: .deliveryFailed, message: "sent \(machine.unprocessedResends) times without APNs processing it", cause: lastError, attempts: attempts)
+            case .retryHorizonExceeded where heldByGate:
+                return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the device token's gate held it (its 429 TooManyRequests or timed-out streams) after \(attempts) attempts", cause: lastError, attempts: attempts)
             case .retryHorizonExceeded where machine.lastEventWasCircuitOpen || lastError == nil:
                 return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the circuit breaker held every send to \(pool.endpoint.host)", cause: lastError, attempts: attempts)
             default:
@@ -284,13 +294,49 @@ public final class APNsClient: Sendable {
         }
 
         while true {
-            if heldToken { try await waitForTokenHold(token) }
-            // The circuit breaker: while open nothing is sent, and waiting spends no attempt.
+            // The device token's gate: closed after its 429 TooManyRequests or timed-out stream, its
+            // notifications go one at a time behind one backoff, and hold no permit of the caller's
+            // while they wait (APNsRetryWaiter.waitForDeviceGate).
+            if !holdsGateTurn {
+                let passed: APNsDeviceGateKeeper.Pass
+                if gates.isClosed(token) {
+                    // In line for the token's one slot: without holding the caller's permit.
+                    metrics.increment("device_gate_waits")
+                    let gates = self.gates
+                    if let waiter = options.waiter {
+                        passed = try await waiter.waitForDeviceGate(attemptsSoFar: machine.attempts) { try await gates.pass(token) }
+                    } else {
+                        passed = try await gates.pass(token)
+                    }
+                } else {
+                    passed = try await gates.pass(token)
+                }
+                if case .turn(let notBefore) = passed {
+                    holdsGateTurn = true
+                    // The gate's backoff, waited once by the slot's holder, within the retry deadline.
+                    let wait = notBefore - APNsConnectionPool.monotonicMilliseconds()
+                    if wait > 0 {
+                        if configuration.clock.nowMilliseconds() + wait > machine.deadlineMilliseconds {
+                            heldByGate = true
+                            return try gaveUp(.retryHorizonExceeded)
+                        }
+                        try await pause(.milliseconds(wait), gates.closedBecause(token))
+                    }
+                }
+            }
+            // The circuit breaker: while open nothing is sent, and waiting spends no attempt. Its
+            // half-open trial is never a notification with a failure of its token's own.
             var isTrial = false
-            switch pool.admit() {
+            let mayProbe = !hadTokenFailure && (pool.circuitState == .closed || !gates.hasFailureHistory(token))
+            switch pool.admit(mayProbe: mayProbe) {
             case .send: break
             case .trial: isTrial = true
             case .wait(let wait):
+                if holdsGateTurn {
+                    // Hand the device's slot on while the breaker holds every send.
+                    holdsGateTurn = false
+                    gates.finish(token, holdsTurn: true, outcome: .other)
+                }
                 switch machine.handle(.circuitOpen(wait: wait), nowMilliseconds: configuration.clock.nowMilliseconds()) {
                 case .retry(let delay, _, _):
                     try await pause(delay, .circuitOpen)
@@ -340,11 +386,12 @@ public final class APNsClient: Sendable {
                 let left = attemptBudget - started.duration(to: .now)
                 let timeout = max(min(configuration.requestTimeout, left), .milliseconds(1))
                 let raw: HTTP2Response
+                let sentAt = ContinuousClock.now
                 do {
                     raw = try await connection.connection.send(makeRequest(request, pool: pool, authorization: authorization), timeout: timeout)
                 } catch let error as HTTP2Error {
                     pool.release(connection, status: nil)
-                    throw AttemptFailure.sent(error, connection)
+                    throw AttemptFailure.sent(error, connection, sentAt)
                 } catch {
                     pool.release(connection, status: nil)
                     throw error
@@ -364,7 +411,7 @@ public final class APNsClient: Sendable {
                 pool.recordFailure(on: nil)
                 metrics.increment("no_connection")
                 event = .noConnection
-            } catch AttemptFailure.sent(let error, let connection) {
+            } catch AttemptFailure.sent(let error, let connection, let sentAt) {
                 if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
                 if error.wasNotProcessed {
                     // Not processed by APNs: sent again at once elsewhere, not a failure (RFC 9113 §8.7).
@@ -372,11 +419,13 @@ public final class APNsClient: Sendable {
                     if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, cause: "goaway", because: "going away") }
                     event = .notProcessed
                 } else if error.code == .timeout {
+                    // The device token's failure: its gate closes. Not the circuit breaker's, unless
+                    // the connection answers nothing else and its PING goes unanswered (the pool's).
                     lastError = error
                     metrics.countAttempt(status: nil)
                     metrics.increment("timeouts")
-                    pool.recordFailure(on: connection)
-                    pool.streamTimedOut(on: connection)
+                    pool.streamTimedOut(on: connection, started: sentAt)
+                    if isTrial { pool.abandonTrial() }
                     event = .streamTimeout
                 } else if error.code == .connectionClosed || error.code == .protocolError || error.code == .streamReset {
                     lastError = error
@@ -400,13 +449,28 @@ public final class APNsClient: Sendable {
             }
             if let answered {
                 metrics.countAttempt(status: answered.response.status)
-                if answered.response.status >= 500 { pool.recordFailure(on: answered.connection) } else { pool.recordAnswer() }
+                if Self.isAppleWideFailure(status: answered.response.status, reason: answered.response.reason) {
+                    pool.recordFailure(on: answered.connection)
+                } else {
+                    pool.recordAnswer()
+                }
                 if !answered.response.isSuccess { record(answered.response) }
+            }
+            // The device gate learns the outcome: a token failure closes it (or, for the slot's holder,
+            // backs it off further); the slot passes to the next in line.
+            let gateOutcome = Self.gateOutcome(of: event)
+            let isTokenFailure = gateOutcome == .tokenFailure || gateOutcome == .streamTimeout
+            if isTokenFailure {
+                hadTokenFailure = true
+                if !holdsGateTurn { metrics.increment("device_gate_closings") }
+            }
+            if holdsGateTurn || isTokenFailure {
+                gates.finish(token, holdsTurn: holdsGateTurn, outcome: gateOutcome)
+                holdsGateTurn = false
             }
             let action = machine.handle(event, nowMilliseconds: configuration.clock.nowMilliseconds())
             switch action {
             case .delivered:
-                if heldToken { clearTokenHold(token) }
                 var response = answered!.response
                 response.attempts = machine.attempts
                 return response
@@ -434,15 +498,9 @@ public final class APNsClient: Sendable {
                         return response
                     }
                 }
-                if case .response(429, .tooManyRequests?) = event {
-                    heldToken = true
-                    holdToken(token, for: delay)
-                    metrics.increment("retries")
-                    metrics.increment("retries_\(APNsRetryReason.tooManyRequests.metricLabel)")
-                    metrics.retriesTotal.increment(labels: [APNsRetryReason.tooManyRequests.metricLabel])
-                    if let waiter = options.waiter {
-                        try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: .tooManyRequests)
-                    }
+                if isTokenFailure {
+                    // The token's gate imposes the wait (one backoff for all its notifications),
+                    // counted as a retry where it is waited.
                     continue
                 }
                 if let reason, delay > .zero {
@@ -465,8 +523,8 @@ public final class APNsClient: Sendable {
     private enum AttemptFailure: Error {
         /// No connection (or no free stream) within the attempt's budget: nothing was sent.
         case noConnection(HTTP2Error)
-        /// The stream on `connection` failed.
-        case sent(HTTP2Error, PooledConnection)
+        /// The stream on `connection`, sent at the instant given, failed.
+        case sent(HTTP2Error, PooledConnection, ContinuousClock.Instant)
         /// The circuit breaker opened while waiting for a stream: nothing sent.
         case circuitOpen(Duration)
     }
@@ -627,38 +685,23 @@ public final class APNsClient: Sendable {
         }
     }
 
-    // MARK: Per-device-token hold (429 TooManyRequests)
+    // MARK: Circuit breaker and device gate inputs
 
-    /// Holds back every send to `token` for `delay` (429 `TooManyRequests`: Apple throttles the
-    /// device token, not the provider).
-    private func holdToken(_ token: String, for delay: Duration) {
-        tokenHolds.withLock { holds in
-            let now = ContinuousClock.now
-            if holds.count > 10_000 { holds = holds.filter { $0.value.until > now } }
-            defer { tokenHoldCount.store(holds.count, ordering: .relaxed) }
-            var hold = holds[token] ?? TokenHold(until: now, strikes: 0)
-            hold.strikes += 1
-            hold.until = max(hold.until, now + delay)
-            holds[token] = hold
-        }
+    /// Whether an answer is Apple-wide trouble for the circuit breaker: a 5xx, or a 429 that is not
+    /// about one device (`TooManyRequests`) nor our provider token (`TooManyProviderTokenUpdates`).
+    static func isAppleWideFailure(status: Int, reason: APNsReason?) -> Bool {
+        if status >= 500 { return true }
+        guard status == 429 else { return false }
+        return reason != .tooManyRequests && reason != .tooManyProviderTokenUpdates
     }
 
-    private func clearTokenHold(_ token: String) {
-        tokenHolds.withLock { holds in
-            holds.removeValue(forKey: token)
-            tokenHoldCount.store(holds.count, ordering: .relaxed)
-        }
-    }
-
-    /// Waits while `token` is held back after 429 `TooManyRequests`; other tokens never wait here.
-    private func waitForTokenHold(_ token: String) async throws {
-        while tokenHoldCount.load(ordering: .relaxed) > 0 {
-            let until: ContinuousClock.Instant? = tokenHolds.withLock { holds in
-                guard let hold = holds[token] else { return nil }
-                return hold.until > .now ? hold.until : nil
-            }
-            guard let until else { return }
-            try await Task.sleep(until: until, clock: .continuous)
+    /// What an attempt's event means for its device token's gate.
+    static func gateOutcome(of event: APNsRetryStateMachine.Event) -> APNsDeviceGates.Outcome {
+        switch event {
+        case .response(200, _): .delivered
+        case .response(429, .tooManyRequests?): .tokenFailure
+        case .streamTimeout: .streamTimeout
+        default: .other
         }
     }
 }

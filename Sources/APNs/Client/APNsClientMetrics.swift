@@ -14,7 +14,8 @@ import Synchronization
 /// `APNsProviderTokenCache`), `push_apns_retries_total{reason}` (``APNsRetryReason/metricLabel``, or
 /// `unprocessed`, `new_connection`, `provider_token_renewed` for immediate resends),
 /// `push_apns_circuit_state{environment}` (0 closed, 1 half-open, 2 open),
-/// `push_apns_provider_token_faults_total{reason}`.
+/// `push_apns_provider_token_faults_total{reason}`, `push_apns_device_gates` (entries of the per-device
+/// gate map) and `push_apns_gated_device_tokens` (device tokens whose gate is closed or has someone in it).
 ///
 /// Snapshot names: `requests`, `attempts`, `retries`, `unprocessed_resends`, `timeouts`,
 /// `connection_errors`, `no_connection`, `connections_opened`, `connect_failures`, `dns_lookups`,
@@ -22,7 +23,7 @@ import Synchronization
 /// `provider_token_updates_refused`, `expired_provider_tokens`, `jwt_renewals`,
 /// `provider_token_faults_<Reason>`, `unknown_reasons`, `alerts`, `provider_token_changes`,
 /// `certificates_expiring`, `certificate_seconds_left_<UID>`, `circuit_open`, `circuit_halfOpen`,
-/// `circuit_closed`, `status_<code>` and `reason_<Reason>`.
+/// `circuit_closed`, `circuit_trials_abandoned`, `device_gate_waits`, `device_gate_closings`, `status_<code>` and `reason_<Reason>`.
 public final class APNsClientMetrics: Sendable {
     private let counters = Mutex<[String: Int]>([:])
     private let hot = HotCounters()
@@ -37,6 +38,8 @@ public final class APNsClientMetrics: Sendable {
     let retriesTotal: Counter
     let circuitState: Gauge
     let providerTokenFaults: Counter
+    let deviceGates: Gauge
+    let gatedDeviceTokens: Gauge
 
     private final class HotCounters: Sendable {
         let requests = Atomic<Int>(0)
@@ -64,6 +67,9 @@ public final class APNsClientMetrics: Sendable {
         providerTokenFaults = registry.counter(
             "push_apns_provider_token_faults_total", help: "Provider-token faults (our credentials or clock, never the device)",
             labelNames: ["reason"])
+        deviceGates = registry.gauge("push_apns_device_gates", help: "Device tokens in the per-device gate map (bounded, least recently used evicted)")
+        gatedDeviceTokens = registry.gauge(
+            "push_apns_gated_device_tokens", help: "Device tokens whose notifications go one at a time behind a backoff (429 TooManyRequests, stream timeouts)")
     }
 
     func increment(_ name: String, by amount: Int = 1) {

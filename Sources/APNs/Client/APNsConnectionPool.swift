@@ -27,6 +27,8 @@ final class PooledConnection: @unchecked Sendable {
     /// `bearer <jwt>`, built once per JWT.
     var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
+    /// When a stream of this connection was last answered (any status): proof that it works.
+    var lastAnswer: ContinuousClock.Instant?
     var pinging = false
     /// A stream timed out here: no new streams until a PING proves the connection alive.
     var suspect = false
@@ -238,6 +240,7 @@ final class APNsConnectionPool: Sendable {
         let ready = state.withLock { state in
             connection.inFlight -= 1
             connection.lastActivity = .now
+            if status != nil { connection.lastAnswer = connection.lastActivity }
             if status == 200 { connection.trusted = true }
             return state.dispatch(cap: cap, rate: rate)
         }
@@ -293,11 +296,15 @@ final class APNsConnectionPool: Sendable {
         for connection in using { retire(connection, cause: "expired_provider_token", because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
     }
 
-    /// A stream on `connection` got no answer within the request timeout: the connection takes no new
-    /// streams until a PING proves it alive, and is closed when the PING is not answered in time.
-    func streamTimedOut(on connection: PooledConnection) {
+    /// A stream on `connection`, started at `started`, got no answer within the request timeout. When
+    /// the connection answered another stream since, it works and the timeout is the device token's
+    /// (nothing to do, and nothing for the circuit breaker). Otherwise the connection takes no new
+    /// streams until a PING proves it alive, and is closed when the PING is not answered in time (a
+    /// stall of the whole connection, which the breaker counts).
+    func streamTimedOut(on connection: PooledConnection, started: ContinuousClock.Instant) {
         let ping = state.withLock { _ -> Bool in
             guard !connection.retired else { return false }
+            if let answered = connection.lastAnswer, answered > started { return false }
             connection.suspect = true
             guard !connection.pinging else { return false }
             connection.pinging = true
@@ -310,11 +317,20 @@ final class APNsConnectionPool: Sendable {
 
     private let breaker: Mutex<APNsCircuitBreaker>
 
-    /// Whether a send may go now (see `APNsCircuitBreaker`).
-    func admit() -> APNsCircuitBreaker.Admission {
-        let (admission, transition) = breaker.withLock { $0.admit(nowMilliseconds: Self.monotonicMilliseconds(), random: Double.random(in: 0...1)) }
+    /// Whether a send may go now (see `APNsCircuitBreaker`); `mayProbe`: the notification may be the
+    /// half-open trial (no failure of its own, no failure history of its device token).
+    func admit(mayProbe: Bool = true) -> APNsCircuitBreaker.Admission {
+        let (admission, transition) = breaker.withLock {
+            $0.admit(nowMilliseconds: Self.monotonicMilliseconds(), random: Double.random(in: 0...1), mayProbe: mayProbe)
+        }
         if let transition { report(transition) }
         return admission
+    }
+
+    /// The half-open trial failed for its device token's reason: another notification may probe.
+    func abandonTrial() {
+        metrics.increment("circuit_trials_abandoned")
+        breaker.withLock { $0.abandonTrial(nowMilliseconds: Self.monotonicMilliseconds()) }
     }
 
     /// APNs answered below 500.
@@ -325,7 +341,8 @@ final class APNsConnectionPool: Sendable {
 
     private let connectFailureIDs = Atomic<Int>(0)
 
-    /// A 5xx answer, a lost connection or a timed-out stream on `connection`; nil: no connection could be had.
+    /// An Apple-wide failure on `connection` (a 5xx answer, a lost connection, a GOAWAY, an unanswered
+    /// PING); nil: no connection could be had.
     func recordFailure(on connection: PooledConnection?) {
         let id = connection?.id ?? -(connectFailureIDs.add(1, ordering: .relaxed).newValue)
         guard let transition = breaker.withLock({ $0.recordFailure(connection: id, nowMilliseconds: Self.monotonicMilliseconds()) }) else { return }
@@ -522,6 +539,7 @@ final class APNsConnectionPool: Sendable {
                 case .goAwayReceived(let lastStreamID, let errorCode, let debugData):
                     metrics.increment("goaways")
                     let reason = APNsErrorResponse(parsing: debugData).reason?.rawValue ?? String(decoding: debugData, as: UTF8.self)
+                    recordFailure(on: connection)
                     retire(connection, cause: "goaway", because: "GOAWAY \(errorCode) last-stream-id \(lastStreamID) \(reason)")
                 case .closed(let error):
                     retire(connection, cause: "closed", because: error.map { "closed: \($0)" } ?? "closed")
@@ -599,6 +617,7 @@ final class APNsConnectionPool: Sendable {
         }
         metrics.increment("ping_failures")
         metrics.pingFailures.increment(labels: environmentLabels)
+        recordFailure(on: connection)
         retire(connection, cause: "ping_timeout", because: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")
         // Dead: close at once so that its open streams fail now and are sent again elsewhere.
         connection.connection.abort(reason: "PING not answered within \(configuration.pingTimeout.wholeMilliseconds) ms")

@@ -12,8 +12,9 @@ import ServiceCore
 ///   ``Policy/maxUnprocessedResends`` times.
 /// - Transient answers: 500, 503 `ServiceUnavailable`, 429 `TooManyRequests`, a lost connection, a
 ///   reset stream, a timed-out stream, no connection: retried with capped exponential back-off and
-///   jitter (429: the device token's own hold) while the next attempt starts before the retry
-///   deadline (``APNsRetryHorizon``); no attempt limit.
+///   jitter while the next attempt starts before the retry deadline (``APNsRetryHorizon``); no
+///   attempt limit. For 429 and a timed-out stream the client waits in the device token's gate
+///   (`APNsDeviceGates`) instead; the delay here only decides whether the deadline allows another try.
 /// - 503 `Shutdown`, 400 `IdleTimeout`: on a new connection, at once the first time, then with back-off.
 /// - 403 `ExpiredProviderToken`: once, at once, with a freshly minted JWT on a new connection; a
 ///   second one is a provider fault (final).

@@ -13,4 +13,22 @@ public protocol APNsRetryWaiter: Sendable {
     ///   - reason: why the client waits.
     /// - Throws: anything; the client stops and rethrows it unchanged.
     func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws
+
+    /// Called when the notification must wait for its device token's gate (``APNsDeviceGates``: a 429
+    /// `TooManyRequests` or a timed-out stream made the token's notifications go one at a time behind
+    /// one backoff). Runs `turn`, which returns when the gate lets this notification go; a waiter
+    /// gives back what it holds (a budget permit) while `turn` runs and takes it again after. The
+    /// default runs `turn` as is.
+    /// - Parameters:
+    ///   - attemptsSoFar: sends of this notification that APNs may have processed so far.
+    ///   - turn: waits for the gate; its result is returned unchanged.
+    /// - Throws: whatever `turn` throws (`CancellationError`), or anything to stop retrying.
+    func waitForDeviceGate<T: Sendable>(attemptsSoFar: Int, _ turn: @Sendable () async throws -> T) async throws -> T
+}
+
+extension APNsRetryWaiter {
+    /// Runs `turn` holding whatever the caller holds.
+    public func waitForDeviceGate<T: Sendable>(attemptsSoFar: Int, _ turn: @Sendable () async throws -> T) async throws -> T {
+        try await turn()
+    }
 }
