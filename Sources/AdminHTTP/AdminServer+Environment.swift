@@ -1,4 +1,5 @@
 import ServiceCore
+import Synchronization
 
 extension AdminServer {
     /// The admin port's settings as an executable reads them from its environment (README "Admin
@@ -39,6 +40,8 @@ extension AdminServer {
     /// Starts the admin port of an executable with the standard endpoints: `/metrics` renders
     /// `MetricsRegistry.shared` (after registering `ProcessMetrics`), `/healthz` applies
     /// `settings.liveness` to `Heartbeats.shared`, `/readyz` applies `settings.readiness` to `readiness`.
+    /// `push_ready` (gauge) is 1 while `/readyz` would answer 200, else 0, so that an alert sees readiness
+    /// lost without probing (deploy/prometheus/alerts.yml).
     ///
     /// - Parameters:
     ///   - settings: read by `Settings(environment:defaultPort:)`.
@@ -54,6 +57,7 @@ extension AdminServer {
         ProcessMetrics.register()
         let liveness = settings.liveness
         let policy = settings.readiness
+        ReadyGauge.register { policy.evaluate(readiness.inputs()) }
         let endpoints = AdminEndpoints(
             metrics: { MetricsRegistry.shared.render() },
             liveness: { liveness.evaluate(Heartbeats.shared.snapshot()) },
@@ -63,6 +67,20 @@ extension AdminServer {
             return try start(configuration: settings.configuration, endpoints: endpoints)
         } catch {
             throw EnvironmentConfig.Error(variable: "PUSH_ADMIN_PORT", problem: "\(error.message)")
+        }
+    }
+}
+
+/// `push_ready`: the process's readiness as a metric. The registry keeps the first gauge of a name,
+/// so the gauge reads the probe of the admin server started last (one per process outside tests).
+enum ReadyGauge {
+    private static let probe = Mutex<(@Sendable () -> ProbeReport)?>(nil)
+
+    static func register(_ evaluate: @escaping @Sendable () -> ProbeReport) {
+        probe.withLock { $0 = evaluate }
+        _ = MetricsRegistry.shared.gaugeCallback("push_ready", help: "1 while /readyz passes, else 0") {
+            guard let evaluate = probe.withLock({ $0 }) else { return [] }
+            return [MetricSample(labels: [], value: evaluate().isPassing ? 1 : 0)]
         }
     }
 }
