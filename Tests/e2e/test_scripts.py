@@ -31,7 +31,8 @@ def second_stack_env(tmp_path: Path, **ports: str) -> dict[str, str]:
                 return str(port)
         raise RuntimeError("no free port")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
-    env["PUSH_VAR_DIR"] = str(tmp_path / "var")
+    # Under /var/tmp: the postgres OS user must reach it (pytest's tmp_path is private to root).
+    env["PUSH_VAR_DIR"] = f"/var/tmp/push-e2e-{tmp_path.name[-20:]}-{os.getpid()}"
     for name in ["PUSH_PG_PORT", "PUSH_UP_GRPC_PORT", "PUSH_UP_SIM_PRODUCTION_PORT", "PUSH_UP_SIM_SANDBOX_PORT",
                  "PUSH_UP_SIM_ADMIN_PORT", "PUSH_UP_REGISTRATION_ADMIN_PORT", "PUSH_UP_DISPATCHER_ADMIN_PORT",
                  "PUSH_UP_SIM_METRICS_ADMIN_PORT"]:
@@ -49,7 +50,8 @@ def test_up_names_the_variable_of_a_port_another_process_holds(tmp_path):
     assert "set PUSH_UP_DISPATCHER_ADMIN_PORT=<free port>" in done.stderr
     assert "stack running" not in done.stdout
     # Nothing of the second stack was started.
-    assert not list((tmp_path / "var" / "run").glob("*.pid")) if (tmp_path / "var" / "run").exists() else True
+    run = Path(env["PUSH_VAR_DIR"]) / "run"
+    assert not run.exists() or not list(run.glob("*.pid"))
     assert time.monotonic() - started < 300
 
 
