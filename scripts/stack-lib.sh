@@ -31,7 +31,8 @@ require_free_port() {
   fi
 }
 
-# Starts "$@" in the background as service $name ($1), logging to $VAR/log/NAME.log, its pid in
+# Starts "$@" in the background as service $name ($1), logging to $VAR/log/NAME.log (a new log: what
+# scripts/up reads from it, such as the broker's control port, is this start's), its pid in
 # $VAR/run/NAME.pid. Its environment and command line are kept (mode 600) in $VAR/run/NAME.env and
 # NAME.cmd so that scripts/restart can start it again the same way.
 start_service() {
@@ -39,11 +40,11 @@ start_service() {
   ( umask 077
     env -0 >"$VAR/run/$name.env"
     printf '%s\0' "$@" >"$VAR/run/$name.cmd" )
-  nohup "$@" >>"$VAR/log/$name.log" 2>&1 </dev/null &
+  nohup "$@" >"$VAR/log/$name.log" 2>&1 </dev/null &
   echo $! >"$VAR/run/$name.pid"
 }
 
-# Starts service $1 again from its saved environment and command line.
+# Starts service $1 again (its log continues) from its saved environment and command line.
 restart_service() {
   local name=$1
   [ -f "$VAR/run/$name.cmd" ] && [ -f "$VAR/run/$name.env" ] || { echo "restart: $name was not started by scripts/up in $VAR" >&2; exit 1; }

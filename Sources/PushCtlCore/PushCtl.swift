@@ -105,6 +105,17 @@ public struct PushCtlSettings: Sendable {
         }
     }
 
+    /// `error` with a hint where its address came from when neither `option` nor `variable` set it
+    /// (the default was used): the option, the variable, and `--env-file` for the local stack.
+    func withSettingsHint(_ error: PushCtlError, variable: String, option: String) -> PushCtlError {
+        guard env.string(variable) == nil else { return error }
+        var hinted = error
+        let unset = option == variable ? "\(variable) is not set" : "\(variable) is not set and \(option) was not given"
+        hinted.message += " (\(unset): the default address was used; "
+            + "for the local stack pass --env-file $PUSH_VAR_DIR/stack.env)"
+        return hinted
+    }
+
     /// A topic name: `PUSH_TOPIC_<NAME>` or the contract's default.
     public func topic(_ variable: String, default defaultName: String) -> String {
         env.string(variable, default: defaultName)

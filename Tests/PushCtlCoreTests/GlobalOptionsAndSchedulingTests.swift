@@ -60,3 +60,15 @@ import Testing
         #expect(try build(["--token", "ab", "--bundle", "com.x", "--title", "t", "--send-at", "+1.5"]).sendAtMs == 1_700_000_001_500)
     }
 }
+
+@Suite struct SettingsHintTests {
+    @Test func aDefaultAddressThatFailsPointsToTheOptionTheVariableAndTheEnvFile() throws {
+        let failure = PushCtlError(.unavailable, "Kafka at 127.0.0.1:9092 did not answer")
+        let unset = try PushCtlSettings(environment: [:], envFile: nil)
+        let hinted = unset.withSettingsHint(failure, variable: "PUSH_KAFKA_BOOTSTRAP", option: "--bootstrap")
+        #expect(hinted.message.hasSuffix(
+            "(PUSH_KAFKA_BOOTSTRAP is not set and --bootstrap was not given: the default address was used; for the local stack pass --env-file $PUSH_VAR_DIR/stack.env)"))
+        let set = try PushCtlSettings(environment: ["PUSH_KAFKA_BOOTSTRAP": "k:9092"], envFile: nil)
+        #expect(set.withSettingsHint(failure, variable: "PUSH_KAFKA_BOOTSTRAP", option: "--bootstrap").message == failure.message)
+    }
+}

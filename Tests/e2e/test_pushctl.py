@@ -303,3 +303,12 @@ def test_the_contracts_partitioner_murmur2_random_puts_a_key_where_pushctl_puts_
         return found
     assert partitions({"partitioner": "murmur2_random"}) == by_pushctl
     assert partitions({}) != by_pushctl, "librdkafka's default happened to agree on every key"
+
+
+def test_errors_point_to_the_api_key_and_the_env_file():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
+    env["PUSH_GRPC_ADDRESS"] = stack.stack_env()["PUSH_GRPC_ADDRESS"]
+    done = subprocess.run([str(PUSHCTL), "register", "--token", stack.random_token(), "--bundle", BUNDLE],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "pass --api-key KEY or set PUSH_API_KEY" in done.stderr and "--env-file" in done.stderr, done.stderr
