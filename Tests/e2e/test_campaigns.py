@@ -420,3 +420,17 @@ def test_campaign_notifications_are_counted_in_metrics_and_in_readiness_apple_de
     assert feedback.completed[0].request_completed.failed == 3
     assert dispatcher_notifications("failed", "ServiceUnavailable") - failed_before == 3
     assert apple_unreachable_count() - unreachable_before == 3
+    # The 503s opened the sandbox circuit: leave it closed for the next test (a successful campaign
+    # is the trial that closes it).
+    def circuit_closed() -> bool:
+        _, body, _ = stack.admin("dispatcher", "/metrics")
+        return 'push_apns_circuit_state{environment="sandbox"} 0' in body
+    deadline = time.monotonic() + 120
+    while not circuit_closed():
+        assert time.monotonic() < deadline, "the sandbox circuit did not close after the 503s ended"
+        again = Feedback(f"campaign-counted-close-{uuid.uuid4()}")
+        try:
+            stack.send_request(audience_request(again.request_id, bundle))
+            again.until(lambda f: f.completed, "a campaign after the faults", timeout=120)
+        finally:
+            again.close()
