@@ -14,7 +14,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
 
 import pushstack as stack
 from test_scripts import second_stack_env
