@@ -38,17 +38,17 @@ let package = Package(
         .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
-        .target(name: "APNsSimulator", dependencies: ["APNs", "HTTP2", "ServiceCore"]),
+        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ServiceCore"]),
         // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
         // Service logic, testable without the executables.
         .target(
             name: "RegistrationServiceCore",
-            dependencies: ["APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
         .target(
             name: "DispatcherCore",
-            dependencies: ["APNs", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: ["AdminHTTP", "APNs", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
 
         // Executables: a few lines of main.swift each.
         .executableTarget(

@@ -73,6 +73,20 @@ public struct AudienceQuery: Sendable, Equatable {
     /// index `device_tokens_campaign_audience (bundle_id, token_kind, device_token) WHERE status = 'active'`.
     /// Columns: those of `TokenStore.storedToken`.
     public func page(after cursor: String?, limit: Int) -> (sql: String, parameters: [PostgresValue?]) {
+        var (conditions, parameters) = conditions(after: cursor)
+        parameters.append(.int(limit))
+        let sql = "SELECT \(TokenStore.columns) FROM device_tokens WHERE \(conditions.joined(separator: " AND ")) ORDER BY device_token LIMIT $\(parameters.count)"
+        return (sql, parameters)
+    }
+
+    /// The statement counting the whole audience (column `n`), with the conditions of `page`
+    /// (`pushctl send` prints it before sending).
+    public func count() -> (sql: String, parameters: [PostgresValue?]) {
+        let (conditions, parameters) = conditions(after: nil)
+        return ("SELECT count(*) AS n FROM device_tokens WHERE \(conditions.joined(separator: " AND "))", parameters)
+    }
+
+    private func conditions(after cursor: String?) -> (conditions: [String], parameters: [PostgresValue?]) {
         var parameters: [PostgresValue?] = [.string(bundleID), .string(tokenKind), .string(cursor ?? "")]
         var conditions = ["status = 'active'", "bundle_id = $1", "token_kind = $2", "device_token > $3"]
         func add(_ condition: (String) -> String, _ value: PostgresValue) {
@@ -87,9 +101,7 @@ public struct AudienceQuery: Sendable, Equatable {
         if let v = minOSVersion { add({ "push_version_tuple(attributes->>'os_version') >= \($0)::int[]" }, .string(v.postgresArray)) }
         if let v = belowOSVersion { add({ "push_version_tuple(attributes->>'os_version') < \($0)::int[]" }, .string(v.postgresArray)) }
         if registeredSinceMs > 0 { add({ "registered_at_ms >= \($0)" }, .int64(registeredSinceMs)) }
-        parameters.append(.int(limit))
-        let sql = "SELECT \(TokenStore.columns) FROM device_tokens WHERE \(conditions.joined(separator: " AND ")) ORDER BY device_token LIMIT $\(parameters.count)"
-        return (sql, parameters)
+        return (conditions, parameters)
     }
 
     /// Whether a token row belongs to the audience, evaluated in Swift by the same rules as `page`.

@@ -41,7 +41,8 @@ public struct CampaignSettings: Sendable {
     public init() {}
 
     /// Reads the `PUSH_CAMPAIGN_*` variables.
-    /// - Throws: `EnvironmentConfig.Error` naming the bad variable.
+    /// - Throws: `EnvironmentConfig.Error` naming the bad variable (recorded instead, and every other
+    ///   variable still read, when `env` collects errors).
     public static func fromEnvironment(_ env: EnvironmentConfig) throws -> CampaignSettings {
         var settings = CampaignSettings()
         settings.runnerEnabled = try env.bool("PUSH_CAMPAIGN_RUNNER", default: settings.runnerEnabled)
@@ -57,20 +58,20 @@ public struct CampaignSettings: Sendable {
         for (name, value) in [("PUSH_CAMPAIGN_LEASE_MS", settings.lease), ("PUSH_CAMPAIGN_POLL_MS", settings.pollInterval),
                               ("PUSH_CAMPAIGN_CANCEL_CHECK_MS", settings.cancelCheckInterval),
                               ("PUSH_CAMPAIGN_PROGRESS_INTERVAL_MS", settings.progressInterval)] where value <= .zero {
-            throw EnvironmentConfig.Error(variable: name, problem: "must be positive")
+            try env.fail(name, "must be positive")
         }
         if let text = env.string("PUSH_CAMPAIGN_RATE_PER_APP") {
-            guard let rate = Double(text), AppRateLimiter.isAcceptedRate(rate) else {
-                throw EnvironmentConfig.Error(
-                    variable: "PUSH_CAMPAIGN_RATE_PER_APP", problem: "expected sends per second, 0 (unlimited) or 0.001 to 1e9, got \"\(text)\"")
+            if let rate = Double(text), AppRateLimiter.isAcceptedRate(rate) {
+                settings.defaultRatePerApp = rate
+            } else {
+                try env.fail("PUSH_CAMPAIGN_RATE_PER_APP", "expected sends per second, 0 (unlimited) or 0.001 to 1e9, got \"\(text)\"")
             }
-            settings.defaultRatePerApp = rate
         }
         if let text = env.string("PUSH_CAMPAIGN_RATE_LIMITS") {
             do {
                 settings.rateLimits = try AppRateLimiter.parseLimits(text)
             } catch {
-                throw EnvironmentConfig.Error(variable: "PUSH_CAMPAIGN_RATE_LIMITS", problem: error.description)
+                try env.fail("PUSH_CAMPAIGN_RATE_LIMITS", error.description)
             }
         }
         return settings

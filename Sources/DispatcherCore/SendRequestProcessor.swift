@@ -213,8 +213,7 @@ public final class SendRequestProcessor: Sendable {
                             tally.countParked()
                             return
                         }
-                        self.metrics.count(report)
-                        self.monitor?.noteAppleTrouble(report)
+                        self.noteFinal(report)
                         outcome = report.outcome
                     }
                     tally.count(outcome)
@@ -325,6 +324,14 @@ public final class SendRequestProcessor: Sendable {
 
     /// Sends (or settles without sending) one target, records the outcome and publishes its report.
     /// - Returns: the report, or nil when the notification was parked for a later retry.
+    /// Counts a final outcome this owner reached (not one republished from `send_log`) wherever the
+    /// notification came from, a transactional request or a campaign page: `push_notifications_total`
+    /// and readiness's Apple-trouble detail.
+    private func noteFinal(_ report: DeliveryReport) {
+        metrics.count(report)
+        monitor?.noteAppleTrouble(report)
+    }
+
     private func deliver(_ target: Target, request: SendRequest, template: NotificationTemplate, requestedAt: Int64,
                          acks: Acknowledgements, permit: NotificationPermit, retryContext: RetryContext,
                          activity: RecordActivity) async throws -> DeliveryReport? {
@@ -694,6 +701,7 @@ extension SendRequestProcessor {
                         chosen, request: request, template: template, requestedAt: requestedAt, acks: acks,
                         permit: permit, retryContext: context, activity: activity)
                     else { return }
+                    self.noteFinal(report)
                     counts.withLock { $0.count(report.outcome) }
                 }
             }

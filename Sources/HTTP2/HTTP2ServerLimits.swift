@@ -97,7 +97,10 @@ public struct HTTP2ServerLimits: Sendable, Equatable {
 
     private static func positiveMilliseconds(_ env: EnvironmentConfig, _ name: String, _ defaultValue: Duration) throws -> Duration {
         let value = try env.milliseconds(name, default: defaultValue)
-        guard value > .zero else { throw EnvironmentConfig.Error(variable: name, problem: "expected milliseconds > 0, got 0") }
+        guard value > .zero else {
+            try env.fail(name, "expected milliseconds > 0, got 0")
+            return defaultValue
+        }
         return value
     }
 }

@@ -9,10 +9,21 @@ enum FollowCommand {
         let limit = try arguments.value("count").map { _ in try arguments.int("count", default: 1, in: 1...Int.max) }
         let timeout = try arguments.value("timeout").map { _ in try arguments.seconds("timeout", default: .seconds(1)) }
         let request = arguments.value("request")
-        try await KafkaTools.requireTopics([settings.feedbackTopic], arguments, settings)
-        let reader = try await KafkaTools.reader(topic: settings.feedbackTopic, fromBeginning: arguments.flag("from-beginning"), arguments, settings)
-        PushCtl.printError("following \(settings.feedbackTopic)…")
+        // --timeout counts from the start: joining the topic (a few seconds) is part of it.
         let deadline = timeout.map { ContinuousClock.now + $0 } ?? ContinuousClock.now + .seconds(365 * 86_400)
+        try await KafkaTools.requireTopics([settings.feedbackTopic], arguments, settings)
+        PushCtl.printError("joining \(settings.feedbackTopic)…")
+        let joining = min(.seconds(30), deadline - ContinuousClock.now)
+        guard joining > .zero else { return }
+        let reader: KafkaConsumer
+        do {
+            reader = try await KafkaTools.reader(
+                topic: settings.feedbackTopic, fromBeginning: arguments.flag("from-beginning"), arguments, settings, timeout: joining)
+        } catch let error as PushCtlError where timeout != nil && ContinuousClock.now >= deadline {
+            PushCtl.printError("pushctl: --timeout ended while joining: \(error.message)")
+            return
+        }
+        PushCtl.printError("following \(settings.feedbackTopic)…")
         var printed = 0
         reading: while true {
             guard let batch = try await SendCommand.withDeadline(deadline, { await reader.nextMessages(maxCount: 500) }), !batch.isEmpty else { break }
@@ -39,6 +50,7 @@ public enum FeedbackLine {
         switch event.event {
         case .deliveryReport(let report): report.requestID
         case .requestCompleted(let completed): completed.requestID
+        case .campaignProgress(let progress): progress.requestID
         default: ""
         }
     }
@@ -67,6 +79,12 @@ public enum FeedbackLine {
             ]
             if !completed.error.isEmpty { parts.append("error=\"\(completed.error)\"") }
             return parts.joined(separator: " ")
+        case .campaignProgress(let progress):
+            return [
+                time, progress.done ? "CAMPAIGN_DONE" : "CAMPAIGN_PROGRESS", "request=\(progress.requestID)", "bundle=\(progress.bundleID)",
+                "processed=\(progress.processed)", "delivered=\(progress.delivered)", "rejected=\(progress.rejected)",
+                "failed=\(progress.failed)", "skipped=\(progress.skipped)",
+            ].joined(separator: " ")
         default:
             return "\(time) \(event.jsonString())"
         }

@@ -56,7 +56,8 @@ enum KafkaTools {
         do {
             missing = try await watch.check()
         } catch {
-            throw PushCtlError(.unavailable, "Kafka at \(settings.bootstrap(arguments).joined(separator: ",")) did not answer: \(error)")
+            let failure = PushCtlError(.unavailable, "Kafka at \(settings.bootstrap(arguments).joined(separator: ",")) did not answer: \(error)")
+            throw arguments.value("bootstrap") == nil ? settings.withSettingsHint(failure, variable: "PUSH_KAFKA_BOOTSTRAP", option: "--bootstrap") : failure
         }
         if !missing.isEmpty {
             throw PushCtlError(.failed, missing.count == 1 ? "topic \(missing[0]) does not exist" : "topics \(missing.joined(separator: ", ")) do not exist")

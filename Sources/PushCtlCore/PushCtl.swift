@@ -8,22 +8,21 @@ public enum PushCtl {
     /// Runs `arguments` (without the program name) with `environment`.
     /// - Returns: the exit status.
     public static func run(_ given: [String], environment: [String: String] = ProcessInfo.processInfo.environment) async -> Int32 {
-        // `--env-file FILE` may also come before the command: it is an option of every command.
-        var arguments = given
-        var leading: [String] = []
-        while let first = arguments.first, first == "--env-file" || first.hasPrefix("--env-file=") {
-            let count = first == "--env-file" ? min(2, arguments.count) : 1
-            leading += arguments.prefix(count)
-            arguments.removeFirst(count)
-        }
-        arguments += leading
-        if arguments.isEmpty || arguments == ["--help"] || arguments == ["-h"] || arguments == ["help"] {
-            print(PushCtlCommand.overview)
-            return arguments.isEmpty ? PushCtlExitCode.usage.rawValue : 0
+        // Global options (`--env-file`, `--bootstrap`, …) may come before the command too.
+        let arguments = PushCtlCommand.hoistingLeadingOptions(given)
+        let commandGiven = arguments.first.map { !$0.hasPrefix("-") } ?? false
+        if !commandGiven || arguments.first == "help" {
+            let wantsHelp = arguments.first == "help" || arguments.contains("--help") || arguments.contains("-h")
+            if wantsHelp || arguments.isEmpty {
+                print(PushCtlCommand.overview)
+                return wantsHelp ? 0 : PushCtlExitCode.usage.rawValue
+            }
+            printError("pushctl: a command is required before or after the options (pushctl --help lists them)")
+            return PushCtlExitCode.usage.rawValue
         }
         do {
             let (command, rest) = try PushCtlCommand.resolve(arguments)
-            let parsed = try CommandLineArguments(rest, options: command.options)
+            let parsed = try CommandLineArguments(rest, options: command.parsedOptions)
             if parsed.wantsHelp {
                 print(command.help)
                 return 0
@@ -51,6 +50,7 @@ public enum PushCtl {
         case "register": try await RegistrationCommands.register(arguments, settings)
         case "unregister": try await RegistrationCommands.unregister(arguments, settings)
         case "send": try await SendCommand.run(arguments, settings)
+        case "cancel": try await CancelCommand.run(arguments, settings)
         case "follow": try await FollowCommand.run(arguments, settings)
         case "token show": try await TokenCommands.show(arguments, settings)
         case "token list": try await TokenCommands.list(arguments, settings)
@@ -103,6 +103,17 @@ public struct PushCtlSettings: Sendable {
             }
             return (key, value)
         }
+    }
+
+    /// `error` with a hint where its address came from when neither `option` nor `variable` set it
+    /// (the default was used): the option, the variable, and `--env-file` for the local stack.
+    func withSettingsHint(_ error: PushCtlError, variable: String, option: String) -> PushCtlError {
+        guard env.string(variable) == nil else { return error }
+        var hinted = error
+        let unset = option == variable ? "\(variable) is not set" : "\(variable) is not set and \(option) was not given"
+        hinted.message += " (\(unset): the default address was used; "
+            + "for the local stack pass --env-file $PUSH_VAR_DIR/stack.env)"
+        return hinted
     }
 
     /// A topic name: `PUSH_TOPIC_<NAME>` or the contract's default.

@@ -86,6 +86,37 @@ public struct PushCtlCommand: Sendable {
         .value("bootstrap", "HOSTS", "Kafka bootstrap servers (default $PUSH_KAFKA_BOOTSTRAP)"), envFile,
     ]
 
+    /// Options every command accepts anywhere on the line, before the command too
+    /// (`pushctl --bootstrap HOSTS send …`, an alias `pushctl --env-file FILE`); a command that does
+    /// not use one ignores it.
+    public static let global: [CommandLineArguments.Option] = grpc + kafka + [
+        .value("sim", "URL", "simulator admin API (default $PUSH_SIM_ADMIN_URL or http://127.0.0.1:8081)"),
+    ]
+
+    /// The options `arguments` of this command are parsed with: its own, then the global ones it lacks.
+    public var parsedOptions: [CommandLineArguments.Option] {
+        options + Self.global.filter { global in !options.contains { $0.name == global.name } }
+    }
+
+    /// Moves options given before the command's words behind them, so that
+    /// `pushctl --env-file F --bootstrap H send --app A` parses as `send --app A --env-file F --bootstrap H`.
+    /// An option's value is taken along when the option takes one (`--name value`); `--name=value`
+    /// and flags are one word.
+    public static func hoistingLeadingOptions(_ arguments: [String]) -> [String] {
+        let takesValue = Set((all.flatMap(\.options) + global).filter(\.takesValue).map(\.name))
+        var rest = arguments[...]
+        var leading: [String] = []
+        while let first = rest.first, first.hasPrefix("-"), first != "--" {
+            rest = rest.dropFirst()
+            leading.append(first)
+            if first.hasPrefix("--"), !first.contains("="), takesValue.contains(String(first.dropFirst(2))), let value = rest.first {
+                leading.append(value)
+                rest = rest.dropFirst()
+            }
+        }
+        return Array(rest) + leading
+    }
+
     /// Every command.
     public static let all: [PushCtlCommand] = [
         PushCtlCommand(
@@ -119,7 +150,7 @@ public struct PushCtlCommand: Sendable {
                 .value("token", "HEX", "target device token", repeatable: true),
                 .value("user", "ID", "target user (every active token of theirs)", repeatable: true),
                 .value("app", "BUNDLE", "target every active token of an app (an app audience)"),
-                .value("app-environment", "ENV", "environment of --app: sandbox or production (default production)"),
+                .value("app-environment", "ENV", "only this environment of --app: sandbox or production (default: both)"),
                 .value("bundle", "ID", "the notification's bundle id (apns-topic; required)"),
                 .value("push-type", "TYPE", "alert, background, voip, … (default alert)"),
                 .value("title", "TEXT", "alert title (builds {\"aps\":{\"alert\":{…}}})"),
@@ -131,26 +162,41 @@ public struct PushCtlCommand: Sendable {
                 .value("expiration", "SECONDS", "apns-expiration: seconds since epoch (0: now or never)"),
                 .value("environment", "ENV", "sandbox or production for explicit tokens the table does not know"),
                 .value("request-id", "ID", "the request id (default: a random UUID)"),
+                .value("send-at", "TIME", "send not before TIME: RFC 3339 (2026-12-03T09:00:00Z), ms since the epoch, or +SECONDS"),
+                .flag("dry-run", "print the audience size and send nothing"),
+                .flag("allow-empty", "send even when PostgreSQL says the audience is empty (otherwise exit 6)"),
                 .flag("wait", "wait for the RequestCompleted and print its counts (progress bar on standard error)"),
                 .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
                 .flag("json", "print the RequestCompleted (or the request) as JSON"),
             ] + kafka + [.value("expect", "N", "--wait: the number of notifications, for the progress bar")],
             details: """
                 The request is produced to $PUSH_TOPIC_SEND_REQUESTS (push.send-requests.v1), keyed by its id.
+                For --app and --user, the audience's size is read from PostgreSQL (PUSH_PG_URL) when it is
+                reachable and printed before sending; an empty audience is refused with exit status 6
+                unless --allow-empty. --app reaches both environments unless --app-environment is given.
                 With --wait, pushctl reads $PUSH_TOPIC_FEEDBACK: delivery reports move the progress bar
                 (whose total is the number of tokens, or for users their active tokens when PUSH_PG_URL is
                 reachable, or --expect), and the RequestCompleted ends the wait (exit 0 when every
                 notification was delivered, 4 otherwise).
                 """),
         PushCtlCommand(
+            path: ["cancel"], arguments: "REQUEST_ID",
+            summary: "cancel a send request (produces a CancelRequest keyed by its id)",
+            options: [.value("reason", "TEXT", "why (default cancelled_by_operator)")] + kafka,
+            details: """
+                Tokens not yet sent are settled SKIPPED (reason cancelled) and the RequestCompleted says
+                CANCELLED; notifications already handed to APNs cannot be called back. A cancel for a request
+                that completed or was never seen changes nothing. pushctl status REQUEST_ID shows the result.
+                """),
+        PushCtlCommand(
             path: ["follow"], arguments: "",
-            summary: "print feedback events (delivery reports, invalidated tokens, completed requests) as they come",
+            summary: "print feedback events (delivery reports, campaign progress, invalidated tokens, completed requests) as they come",
             options: [
                 .flag("json", "one proto3 JSON object per line"),
                 .flag("from-beginning", "start at the oldest record (default: only new events)"),
                 .value("request", "ID", "only events of this request"),
                 .value("count", "N", "stop after N events"),
-                .value("timeout", "SECONDS", "stop after this long (default: never)"),
+                .value("timeout", "SECONDS", "stop this long after starting, joining the topic included (default: never)"),
             ] + kafka,
             details: "Reads $PUSH_TOPIC_FEEDBACK (push.feedback.v1) with a consumer group of its own that commits nothing."),
         PushCtlCommand(

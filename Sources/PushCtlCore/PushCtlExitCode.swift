@@ -15,6 +15,9 @@ public enum PushCtlExitCode: Int32, Sendable, CaseIterable {
     case notAllDelivered = 4
     /// `token show`: no such token; `status`: no such request.
     case notFound = 5
+    /// `send --app`/`--user`: PostgreSQL says the audience is empty, so nothing would be sent
+    /// (`--allow-empty` sends anyway).
+    case emptyAudience = 6
 
     /// One line per status for `--help`.
     public static var table: String {
@@ -27,6 +30,7 @@ public enum PushCtlExitCode: Int32, Sendable, CaseIterable {
                 case .unavailable: "Kafka, registration service, PostgreSQL or simulator unreachable, or a timeout"
                 case .notAllDelivered: "send --wait: completed, but some notifications were not delivered"
                 case .notFound: "token show: no such token; status: no such request"
+                case .emptyAudience: "send: the audience is empty (nothing would be sent; --allow-empty sends anyway)"
                 }
             return "  \(code.rawValue)  \(text)"
         }.joined(separator: "\n")

@@ -15,14 +15,28 @@ enum RegistrationCommands {
         let address = arguments.value("grpc") ?? env.string("PUSH_GRPC_ADDRESS", default: "127.0.0.1:50051")
         let apiKey = arguments.value("api-key") ?? env.string("PUSH_API_KEY")
         let tls = arguments.flag("tls") ? HTTP2ClientTLS(caFile: env.string("PUSH_GRPC_CA_FILE")) : nil
-        let client = try await GRPCUnaryClient.connect(address: address, apiKey: apiKey, tls: tls)
+        let client: GRPCUnaryClient
+        do {
+            client = try await GRPCUnaryClient.connect(address: address, apiKey: apiKey, tls: tls)
+        } catch let error as PushCtlError where error.exitCode == .unavailable {
+            throw settings.withSettingsHint(error, variable: "PUSH_GRPC_ADDRESS", option: "--grpc")
+        }
         do {
             let result = try await body(client)
             await client.close()
             return result
         } catch let status as GRPCStatus {
             await client.close()
-            throw exitError(status)
+            var error = exitError(status)
+            if status.code == .unauthenticated {
+                error.message += apiKey == nil
+                    ? " (no API key given: pass --api-key KEY or set PUSH_API_KEY; the local stack's is in $PUSH_VAR_DIR/stack.env: --env-file)"
+                    : " (check --api-key or PUSH_API_KEY)"
+            }
+            throw error
+        } catch let error as PushCtlError where error.exitCode == .unavailable {
+            await client.close()
+            throw settings.withSettingsHint(error, variable: "PUSH_GRPC_ADDRESS", option: "--grpc")
         } catch {
             await client.close()
             throw error

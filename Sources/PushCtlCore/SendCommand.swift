@@ -1,3 +1,4 @@
+import DispatcherCore
 import Foundation
 import Kafka
 import Postgres
@@ -11,9 +12,29 @@ enum SendCommand {
         let wait = arguments.flag("wait")
         let timeout = try arguments.seconds("timeout", default: .seconds(120))
         let expected = try arguments.value("expect").map { _ in try arguments.int("expect", default: 0, in: 1...Int.max) }
+        // The audience from PostgreSQL, when reachable: printed before anything is sent, and an empty
+        // one is refused (exit 6) unless --allow-empty, so a mistyped bundle or environment is caught.
+        let audience = await audienceSize(request, settings)
+        if let audience {
+            PushCtl.printError("audience: \(ProgressBar.grouped(audience)) active token\(audience == 1 ? "" : "s") (\(describe(request)))")
+        } else if request.hasAudienceOrUsers {
+            PushCtl.printError("audience: unknown (PostgreSQL at PUSH_PG_URL not reachable)")
+        }
+        if request.sendAtMs > 0 {
+            PushCtl.printError("scheduled for \(FeedbackLine.timestamp(request.sendAtMs))")
+        }
+        if arguments.flag("dry-run") {
+            print("dry run: request \(request.requestID) not sent; audience \(audience.map { ProgressBar.grouped($0) } ?? "unknown")")
+            return
+        }
+        if audience == 0, !arguments.flag("allow-empty") {
+            throw PushCtlError(.emptyAudience, "nothing to send: the audience is empty (\(describe(request))); check --app/--user, --bundle and --app-environment, or pass --allow-empty")
+        }
         try await KafkaTools.requireTopics(wait ? [settings.sendRequestsTopic, settings.feedbackTopic] : [settings.sendRequestsTopic], arguments, settings)
 
-        // Subscribe before producing, so that no outcome is missed.
+        // Subscribe before producing, so that no outcome is missed. Joining a fresh consumer group
+        // takes a few seconds: say so.
+        if wait { PushCtl.printError("joining the feedback topic \(settings.feedbackTopic) before sending…") }
         let reader = wait ? try await KafkaTools.reader(topic: settings.feedbackTopic, fromBeginning: false, arguments, settings) : nil
         let producer = try KafkaTools.producer(arguments, settings)
         let started = ContinuousClock.now
@@ -37,7 +58,7 @@ enum SendCommand {
             throw error
         }
         guard let reader else { return }
-        let total = try await expectedTotal(request, expected: expected, settings)
+        let total = try await expectedTotal(request, expected: expected ?? audience, settings)
         let completed = try await waitForCompletion(request.requestID, reader: reader, total: total, started: started, timeout: timeout)
         await reader.close()
         let elapsed = ContinuousClock.now - started
@@ -62,6 +83,46 @@ enum SendCommand {
             + "\(completed.skipped) skipped in \(String(format: "%.1f", seconds)) s (\(ProgressBar.grouped(rate))/s)"
         if !completed.error.isEmpty { text += "; error: \(completed.error)" }
         return text
+    }
+
+    /// The audience's size from PostgreSQL for `--app` (the dispatcher's own `AudienceQuery`) and
+    /// `--user` (their active tokens of the bundle), or `nil` for explicit tokens or when PostgreSQL
+    /// cannot be reached.
+    static func audienceSize(_ request: SendRequest, _ settings: PushCtlSettings) async -> Int? {
+        switch request.target {
+        case .audience:
+            guard let query = try? AudienceQuery(request) else { return nil }
+            let (sql, parameters) = query.count()
+            return try? await TokenCommands.withDatabase(settings) { connection in
+                try await connection.query(sql, parameters).first?.int("n") ?? 0
+            }
+        case .userIDs(let users):
+            let bundle = request.notification?.bundleID ?? ""
+            return try? await TokenCommands.withDatabase(settings) { connection in
+                var count = 0
+                for user in Set(users.userIDs) {
+                    let rows = try await connection.query(
+                        "SELECT count(*) AS n FROM device_tokens WHERE user_id = $1 AND bundle_id = $2 AND status = 'active'",
+                        [.string(user), .string(bundle)])
+                    count += try rows.first?.int("n") ?? 0
+                }
+                return count
+            }
+        default: return nil
+        }
+    }
+
+    /// "app com.example.app, both environments" / "2 users of com.example.app".
+    static func describe(_ request: SendRequest) -> String {
+        let bundle = request.notification?.bundleID ?? ""
+        switch request.target {
+        case .audience(let audience):
+            let environment = audience.environment.apnsEnvironment.map { "\($0.rawValue)" }
+                ?? request.notification?.environment.apnsEnvironment.map { "\($0.rawValue)" } ?? "both environments"
+            return "app \(audience.bundleID.isEmpty ? bundle : audience.bundleID), \(environment)"
+        case .userIDs(let users): return "\(Set(users.userIDs).count) user\(Set(users.userIDs).count == 1 ? "" : "s") of \(bundle)"
+        default: return bundle
+        }
     }
 
     /// The number of notifications the request will produce, when it can be known: its explicit
@@ -146,6 +207,16 @@ enum SendCommand {
             let first = try await group.next() ?? nil
             group.cancelAll()
             return first
+        }
+    }
+}
+
+extension SendRequest {
+    /// Whether the target is an app audience or users (whose size only PostgreSQL knows).
+    var hasAudienceOrUsers: Bool {
+        switch target {
+        case .audience, .userIDs: true
+        default: false
         }
     }
 }

@@ -25,6 +25,7 @@ public enum SendRequestBuilder {
         var request = SendRequest()
         request.requestID = arguments.value("request-id") ?? UUID().uuidString.lowercased()
         request.createdAtMs = now
+        if let sendAt = arguments.value("send-at") { request.sendAtMs = try Self.sendAt(sendAt, now: now) }
         if !tokens.isEmpty {
             var target = DeviceTokens()
             target.deviceTokens = tokens
@@ -36,7 +37,9 @@ public enum SendRequestBuilder {
         } else if let app {
             var target = AppAudience()
             target.bundleID = app
-            target.environment = try arguments.choice("app-environment", default: .production, ["sandbox": .sandbox, "production": .production])
+            // Unspecified reaches both environments (the contract's AppAudience.environment), as a
+            // registration's default (sandbox) and a release build's (production) both belong to the app.
+            target.environment = try arguments.choice("app-environment", default: .unspecified, ["sandbox": .sandbox, "production": .production])
             request.target = .audience(target)
         }
 
@@ -64,6 +67,23 @@ public enum SendRequestBuilder {
         notification.payload = try payload(arguments, readFile: readFile)
         request.notification = notification
         return request
+    }
+
+    /// `--send-at`: an RFC 3339 time (`2026-12-03T09:00:00Z`, `2026-12-03T10:00:00+01:00`, fractions
+    /// allowed), ms since the epoch (13 digits or more), or `+SECONDS` from `now`.
+    /// - Returns: ms since the epoch.
+    /// - Throws: `CommandLineArguments.UsageError` naming the option and the accepted forms.
+    public static func sendAt(_ text: String, now: Int64) throws(CommandLineArguments.UsageError) -> Int64 {
+        if text.hasPrefix("+"), let seconds = Double(text.dropFirst()), seconds >= 0, seconds.isFinite {
+            return now + Int64((seconds * 1000).rounded())
+        }
+        if text.count >= 13, text.allSatisfy(\.isNumber), let ms = Int64(text) { return ms }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+        formatter.formatOptions = [.withInternetDateTime]
+        if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+        throw .init("option --send-at: expected an RFC 3339 time (2026-12-03T09:00:00Z), ms since the epoch or +SECONDS, got \"\(text)\"")
     }
 
     /// The payload: `--payload`, `--payload-file`, or an alert built from `--title`/`--body`.

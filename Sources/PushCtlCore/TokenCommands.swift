@@ -20,7 +20,7 @@ enum TokenCommands {
         do {
             connection = try await PostgresConnection.connect(url, password: password, logger: KafkaTools.quietLogger("postgres"))
         } catch {
-            throw PushCtlError(.unavailable, "\(error)")
+            throw settings.withSettingsHint(PushCtlError(.unavailable, "\(error)"), variable: "PUSH_PG_URL", option: "PUSH_PG_URL")
         }
         do {
             let result = try await body(connection)

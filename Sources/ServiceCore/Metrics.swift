@@ -60,11 +60,11 @@ public final class MetricsRegistry: Sendable {
         set { limits.maximum.store(max(1, newValue), ordering: .relaxed) }
     }
 
-    /// Reads `PUSH_METRICS_MAX_LABEL_VALUES` (default 100, 1…1,000,000) into `shared`.
+    /// Reads `PUSH_METRICS_MAX_LABEL_VALUES` (default 100, 1…1,000,000): the value an executable
+    /// gives `shared.maximumLabelValues` (the admin port's settings read it).
     /// - Throws: `EnvironmentConfig.Error` naming the variable when it is not such a number.
-    public static func configureShared(environment env: EnvironmentConfig) throws {
-        shared.maximumLabelValues = try env.int(
-            "PUSH_METRICS_MAX_LABEL_VALUES", default: defaultMaximumLabelValues, in: 1...1_000_000)
+    public static func maximumLabelValues(environment env: EnvironmentConfig) throws -> Int {
+        try env.int("PUSH_METRICS_MAX_LABEL_VALUES", default: defaultMaximumLabelValues, in: 1...1_000_000)
     }
 
     /// A monotonically increasing count. Name it with a `_total` suffix.

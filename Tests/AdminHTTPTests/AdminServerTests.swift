@@ -37,6 +37,24 @@ import Testing
         #expect(response.body == "# TYPE push_x_total counter\npush_x_total 3\n")
     }
 
+    @Test func pushReadyFollowsReadiness() throws {
+        var settings = try AdminServer.Settings(environment: EnvironmentConfig(["PUSH_ADMIN_HOST": "127.0.0.1"]), defaultPort: 0)
+        settings.configuration.host = "127.0.0.1"
+        let readiness = ReadinessState()
+        let server = try AdminServer.start(settings: settings, readiness: readiness)
+        defer { server.stop() }
+        func ready() throws -> String? {
+            let body = try HTTP1.request("GET", "/metrics", port: server.port).body
+            return body.split(separator: "\n").first { $0.hasPrefix("push_ready ") }.map(String.init)
+        }
+        #expect(try ready() == "push_ready 0")  // starting
+        readiness.setPhase(.running)
+        #expect(try HTTP1.request("GET", "/readyz", port: server.port).status == 200)
+        #expect(try ready() == "push_ready 1")
+        readiness.setPhase(.stopping)
+        #expect(try ready() == "push_ready 0")
+    }
+
     @Test func probesAnswer200Or503WithTheirReasons() throws {
         let ready = try Self.start(Self.endpoints(ready: true))
         defer { ready.stop() }

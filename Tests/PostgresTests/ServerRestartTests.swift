@@ -17,7 +17,16 @@ struct ServerRestartTests {
             // start when running is a no-op; url names the port.
             _ = try await TestServer.runScript("start", environment: environment)
             let url = try await TestServer.runScript("url", environment: environment).trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(url == "postgresql://postgres@127.0.0.1:\(port)/push")
+            #expect(url == "postgresql://postgres@127.0.0.1:\(port)/push?passfile=\(varDirectory)/pg/pgpass")
+            // Every role needs its password over TCP, the superuser too: without the file, refused.
+            let refused = await #expect(throws: PostgresError.self) {
+                try await PostgresConnection.connect("postgresql://postgres@127.0.0.1:\(port)/push?passfile=/nonexistent").close()
+            }
+            #expect("\(refused.map { "\($0)" } ?? "")".contains("password"), "\(String(describing: refused))")
+            for name in ["superuser-password", "pgpass"] {
+                let mode = try FileManager.default.attributesOfItem(atPath: "\(varDirectory)/pg/\(name)")[.posixPermissions] as? Int
+                #expect(mode == 0o600, "\(name): \(String(mode ?? 0, radix: 8))")
+            }
 
             let pool = PostgresPool(configuration: .init(conninfo: url, minimumConnections: 2, maximumConnections: 2))
             try await pool.start()

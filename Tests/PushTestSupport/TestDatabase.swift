@@ -7,7 +7,8 @@ import Testing
 /// Shared by the test targets that need a real PostgreSQL (PostgresTests, DispatcherCoreTests).
 ///
 /// Finds the PostgreSQL server the tests use, starting the dev server when needed:
-/// `PUSH_PG_URL` when set; else the dev server's URL (`scripts/postgres-dev url`), after running
+/// `PUSH_PG_URL` when set; else the dev server's URL (`scripts/postgres-dev url`: the superuser with
+/// the server's password file, as loopback needs a password for every role), after running
 /// `scripts/postgres-dev start` when nothing answers there.
 public enum TestServer {
     public static let adminURL = Task<String, any Error> {
@@ -21,7 +22,7 @@ public enum TestServer {
             return url
         }
         let url = try await runScript("url").trimmingCharacters(in: .whitespacesAndNewlines)
-        if let connection = try? await PostgresConnection.connect(url + "?connect_timeout=3") {
+        if let connection = try? await PostgresConnection.connect(url + (url.contains("?") ? "&" : "?") + "connect_timeout=3") {
             await connection.close()
             return url
         }

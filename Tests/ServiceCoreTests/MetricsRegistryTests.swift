@@ -138,8 +138,8 @@ import Testing
         // No overflow yet: the overflow family is not rendered.
         #expect(!MetricsRegistry().render().contains("overflow"))
         let bad = EnvironmentConfig(["PUSH_METRICS_MAX_LABEL_VALUES": "0"])
-        #expect(throws: EnvironmentConfig.Error.self) { try MetricsRegistry.configureShared(environment: bad) }
-        #expect(MetricsRegistry.shared.maximumLabelValues == 100)
+        #expect(throws: EnvironmentConfig.Error.self) { try MetricsRegistry.maximumLabelValues(environment: bad) }
+        #expect(try MetricsRegistry.maximumLabelValues(environment: EnvironmentConfig(["PUSH_METRICS_MAX_LABEL_VALUES": "7"])) == 7)
     }
 
     @Test func limiterKeepsTheFirstValuesAndAlwaysAllowsOther() {

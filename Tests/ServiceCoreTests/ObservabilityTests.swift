@@ -142,6 +142,13 @@ import Testing
         #expect(wedged.text.contains("failing heartbeat kafka-consumer-poll: has not come round for 31.0 s (limit 30.0 s)"))
     }
 
+    @Test func loopsSharingANameAreNumberedSoEachLineNamesOneLoop() {
+        let report = LivenessPolicy(maxBeatAge: .seconds(30)).evaluate(
+            [("http2-server-0", .seconds(1)), ("kafka-consumer-poll", .seconds(1)), ("http2-server-0", .seconds(31))])
+        #expect(report.checks.map(\.name) == ["heartbeat http2-server-0 #1", "heartbeat kafka-consumer-poll", "heartbeat http2-server-0 #2"])
+        #expect(report.text.contains("failing heartbeat http2-server-0 #2: has not come round for 31.0 s"))
+    }
+
     @Test func readyWithZeroPartitionsAndWithAppleDown() {
         let inputs = ReadinessInputs(
             consumer: kafkaOK, producer: kafkaOK, usesDatabase: true, databaseCheck: dbOK,

@@ -137,7 +137,8 @@ def produce(topic: str, key: bytes, value: bytes, content_type: str, partition: 
     underscores: message_max_bytes=…). Returns (partition, offset) of the acknowledged record."""
     from confluent_kafka import Producer
     extra_config = {k.replace("_", "."): v for k, v in producer_config.items()}
-    producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True, **extra_config})
+    # The contract's partitioner (README "Contracts"), as pushctl and the registration service use.
+    producer = Producer({**kafka_config(), "acks": "all", "enable.idempotence": True, "partitioner": "murmur2_random", **extra_config})
     results: list = []
     extra = {} if partition is None else {"partition": partition}
     producer.produce(topic, key=key, value=value, headers=[("content-type", content_type.encode())] + (headers or []),

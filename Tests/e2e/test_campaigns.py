@@ -370,3 +370,67 @@ def test_a_cancel_stops_an_immediate_request_being_sent(slow_apple):
     assert len(feedback.by_token()) == 10_000 and last_send - cancelled_at <= 1_000 and skipped
     completed = feedback.completed[0].request_completed
     assert (completed.status, completed.total, completed.skipped) == (feedback_pb2.REQUEST_STATUS_CANCELLED, 10_000, len(skipped))
+
+
+def dispatcher_notifications(outcome: str, reason: str) -> float:
+    """push_notifications_total{outcome,reason} on the stack dispatcher's /metrics (0 when absent)."""
+    _, body, _ = stack.admin("dispatcher", "/metrics")
+    series = f'push_notifications_total{{outcome="{outcome}",reason="{reason}"}} '
+    return sum(float(line[len(series):]) for line in body.splitlines() if line.startswith(series))
+
+
+def apple_unreachable_count() -> int:
+    _, body, _ = stack.admin("dispatcher", "/readyz")
+    found = re.search(r"info apns.reachability: (\d+) notifications failed", body)
+    return int(found.group(1)) if found else 0
+
+
+def test_campaign_notifications_are_counted_in_metrics_and_in_readiness_apple_detail():
+    # docs/campaigns.md: campaign sends are counted with every other notification.
+    bundle = f"com.example.counted{uuid.uuid4().hex[:8]}"
+    size = 30
+    seed(bundle, size, bundle)
+    delivered_before = dispatcher_notifications("delivered", "none")
+    request_id = f"campaign-counted-{uuid.uuid4()}"
+    feedback = Feedback(request_id)
+    try:
+        stack.send_request(audience_request(request_id, bundle))
+        feedback.until(lambda f: f.completed, "the campaign's RequestCompleted", timeout=120)
+    finally:
+        feedback.close()
+    assert feedback.completed[0].request_completed.delivered == size
+    assert dispatcher_notifications("delivered", "none") - delivered_before == size
+
+    # Apple failing a campaign's sends shows in readiness's Apple detail and in the failed series.
+    failing = f"com.example.countedfail{uuid.uuid4().hex[:8]}"
+    seed(failing, 3, failing)
+    unreachable_before = apple_unreachable_count()
+    failed_before = dispatcher_notifications("failed", "ServiceUnavailable")
+    request = audience_request(f"campaign-counted-503-{uuid.uuid4()}", failing)
+    # 503 is retried until the notification's expiration: 5 s ahead makes each end FAILED in the test.
+    request.notification.expiration = int(time.time()) + 5
+    feedback = Feedback(request.request_id)
+    stack.simulator_admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
+    try:
+        stack.send_request(request)
+        feedback.until(lambda f: f.completed, "the failing campaign's RequestCompleted", timeout=120)
+    finally:
+        stack.simulator_admin("/admin/faults", "PUT", {})
+        feedback.close()
+    assert feedback.completed[0].request_completed.failed == 3
+    assert dispatcher_notifications("failed", "ServiceUnavailable") - failed_before == 3
+    assert apple_unreachable_count() - unreachable_before == 3
+    # The 503s opened the sandbox circuit: leave it closed for the next test (a successful campaign
+    # is the trial that closes it).
+    def circuit_closed() -> bool:
+        _, body, _ = stack.admin("dispatcher", "/metrics")
+        return 'push_apns_circuit_state{environment="sandbox"} 0' in body
+    deadline = time.monotonic() + 120
+    while not circuit_closed():
+        assert time.monotonic() < deadline, "the sandbox circuit did not close after the 503s ended"
+        again = Feedback(f"campaign-counted-close-{uuid.uuid4()}")
+        try:
+            stack.send_request(audience_request(again.request_id, bundle))
+            again.until(lambda f: f.completed, "a campaign after the faults", timeout=120)
+        finally:
+            again.close()

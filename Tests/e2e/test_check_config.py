@@ -104,7 +104,8 @@ def test_dispatcher_warns_when_opted_in_apps_cannot_try_an_environment(credentia
 
 
 def test_registration_service_good_and_bad(credentials):
-    good = check("registration-service", {"PUSH_GRPC_PORT": "50999", "PUSH_TOPIC_TOKEN_EVENTS": "custom.tokens"})
+    good = check("registration-service", {"PUSH_GRPC_PORT": "50999", "PUSH_TOPIC_TOKEN_EVENTS": "custom.tokens",
+                                          "PUSH_AUTH_KEYS_FILE": str(credentials / "registration-keys.json")})
     assert good.returncode == 0, good.stdout + good.stderr
     assert "custom.tokens" in good.stdout and "PUSH_KAFKA_BOOTSTRAP" in good.stdout and "configuration OK" in good.stdout
     bad = check("registration-service", {
@@ -138,3 +139,38 @@ def test_generated_secrets_are_owner_only(credentials):
         assert mode == 0o600, f"{name} has mode {oct(mode)}"
     for name in ["apns-key.pub.pem", "simulator-cert.pem"]:
         assert (credentials / name).stat().st_mode & 0o777 == 0o644
+
+
+def test_registration_service_without_or_with_a_missing_key_file_fails(credentials):
+    # Start refuses both; so must the check (it said "configuration OK").
+    for env, problem in [({}, "authentication is on but no keys are configured"),
+                         ({"PUSH_AUTH_KEYS_FILE": "/nonexistent/keys.json"}, "cannot read the key file /nonexistent/keys.json")]:
+        done = check("registration-service", env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"error: PUSH_AUTH_KEYS_FILE: {problem}" in done.stdout, done.stdout
+
+
+def test_dispatcher_admin_port_out_of_range_fails_and_admin_variables_are_read(credentials):
+    env = {**dispatcher_env(credentials), "PUSH_ADMIN_PORT": "70000", "PUSH_ADMIN_HOST": "127.0.0.1",
+           "PUSH_ADMIN_CONNECTION_LIMIT": "8", "PUSH_ADMIN_TEST_HOOKS": "false"}
+    done = check("dispatcher", env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: PUSH_ADMIN_PORT: expected an integer between 0 and 65535, got 70000" in done.stdout, done.stdout
+    assert "does not read" not in done.stdout, done.stdout
+
+
+def test_one_bad_campaign_setting_leaves_the_apns_key_variables_read(credentials):
+    done = check("dispatcher", {**dispatcher_env(credentials), "PUSH_CAMPAIGN_POLL_MS": "0"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: PUSH_CAMPAIGN_POLL_MS: must be positive" in done.stdout, done.stdout
+    assert "does not read" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("program", ["dispatcher", "registration-service", "apns-simulator", "kafka-dev-broker"])
+def test_help_prints_usage_and_exits_without_starting(program, credentials):
+    # A configuration that would start (the dispatcher then runs until stopped): --help must not.
+    env = {**dispatcher_env(credentials), "PUSH_ADMIN_PORT": "0", "PUSH_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
+    done = subprocess.run([str(BIN / program), "--help"], env={**clean, **env}, capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith(f"usage: {program}"), done.stdout

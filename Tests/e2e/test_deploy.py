@@ -204,3 +204,15 @@ if __name__ == "__main__":
         print(f"{title}: {', '.join(names)}")
     print("missing: " + (", ".join(missing) if missing else "none"))
     sys.exit(1 if missing else 0)
+
+
+def test_the_registration_connections_panel_counts_only_the_registration_service():
+    # The simulator's listeners export push_http2_server_connections too; a panel without the job
+    # label added its connections to the service's.
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if "HTTP/2 connections" in p.get("title", "")]
+    assert panels, "no HTTP/2 connections panel"
+    for panel in panels:
+        for target in panel["targets"]:
+            if "push_http2_server_connections" in target["expr"]:
+                assert 'job="registration-service"' in target["expr"], target["expr"]

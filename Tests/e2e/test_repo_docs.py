@@ -44,10 +44,12 @@ def test_every_docs_reference_exists():
 def test_readme_documents_every_variable_the_executables_read():
     read: set[str] = set()
     # Only executables (and the loaders they share) read the environment.
-    readers = [*(ROOT / "Sources").glob("*/main.swift"), ROOT / "Sources/Kafka/KafkaSecurity.swift",
+    readers = [*(ROOT / "Sources").glob("*/main.swift"), *(ROOT / "Sources").glob("*/*Program.swift"),
+               ROOT / "Sources/AdminHTTP/AdminServer+Environment.swift", ROOT / "Sources/ServiceCore/ServiceMain.swift",
+               ROOT / "Sources/Kafka/KafkaSecurity.swift",
                ROOT / "Sources/ServiceCore/Logger.swift", *(ROOT / "Sources/PushCtlCore").glob("*.swift")]
     for path in readers:
-        read.update(re.findall(r'"(PUSH_[A-Z0-9_]*[A-Z0-9]|LOG_LEVEL)"', path.read_text()))
+        read.update(re.findall(r'"(PUSH_[A-Z0-9_]*[A-Z0-9]|LOG_LEVEL|LOG_FORMAT)"', path.read_text()))
     assert "PUSH_KAFKA_BOOTSTRAP" in read and "PUSH_PG_PASSWORD_FILE" in read
     readme = (ROOT / "README.md").read_text()
     # PUSH_TYPE_* are the contract's enum names, not variables.

@@ -26,9 +26,9 @@ DAY_MS = 86_400_000
 
 
 def superuser_url(database: str) -> str:
-    """The stack's PostgreSQL server as its superuser (trust on loopback), database `database`."""
-    parsed = urllib.parse.urlparse(stack.stack_env()["PUSH_PG_URL"])
-    return f"postgresql://postgres@{parsed.hostname}:{parsed.port}/{database}"
+    """The stack's PostgreSQL server as its superuser (with the server's password file), database `database`."""
+    parsed = urllib.parse.urlparse(stack.stack_env()["PUSH_PG_SUPERUSER_URL"])
+    return urllib.parse.urlunparse(parsed._replace(path=f"/{database}"))
 
 
 def psql_at(url: str, sql: str) -> list[list[str]]:

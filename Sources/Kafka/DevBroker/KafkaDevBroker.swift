@@ -102,15 +102,36 @@ public enum KafkaDevBroker {
         }
     }
 
-    /// Runs the broker until `quit`, SIGTERM or SIGINT. Returns the process exit status.
+    /// What `kafka-dev-broker --help` prints.
+    public static let usage = """
+        usage: kafka-dev-broker [--brokers N] [--topic NAME:PARTITIONS]... [--bootstrap-file PATH] [--control-port PORT]
+               kafka-dev-broker --check-config [options]   check the options, exit 0 or 2
+               kafka-dev-broker --help
+
+        librdkafka's mock cluster with the project's topics (push.token-events.v1:6, push.send-requests.v1:6,
+        push.feedback.v1:6, push.dead-letter.v1:1), for development and tests only. Prints bootstrap=HOST:PORT,…,
+        then control=127.0.0.1:PORT with --control-port, then ready. Control commands (stdin or the control
+        port, one per line): down ID, up ID, topics, create NAME:PARTITIONS, bootstrap, quit.
+        """
+
+    /// Runs the broker until `quit`, SIGTERM or SIGINT (`--help`: prints `usage`; `--check-config`:
+    /// checks the options; neither starts a broker). Returns the process exit status.
     public static func run(arguments: [String], logger: Logger = Logger(label: "kafka-dev-broker")) async -> Int32 {
         ProcessSignals.ignoreSIGPIPE()
+        if arguments.contains("--help") || arguments.contains("-h") {
+            print(usage)
+            return 0
+        }
         let options: Options
         do {
-            options = try Options(arguments: arguments)
+            options = try Options(arguments: arguments.filter { $0 != "--check-config" })
         } catch {
             FileHandle.standardError.write(Data("kafka-dev-broker: \(error.message)\n".utf8))
             return 2
+        }
+        if arguments.contains("--check-config") {
+            print("kafka-dev-broker: \(options.brokers) brokers, topics \(options.topics.map { "\($0.name):\($0.partitions)" }.joined(separator: ","))\nconfiguration OK")
+            return 0
         }
         do {
             try await run(options: options, logger: logger)

@@ -1,0 +1,120 @@
+"""The scripts around the stack tell the truth: scripts/up stops on a failed build and on a port
+another process holds (naming the PUSH_UP_* variable to change), scripts/restart NAME restarts one
+service and waits for its /readyz, and the local PostgreSQL wants a password from every role over
+TCP. Runs beside the stack started by scripts/up (it reads its stack.env)."""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import pushstack as stack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def port_of(url: str) -> str:
+    return str(urllib.parse.urlparse(url if "://" in url else "tcp://" + url).port)
+
+
+def second_stack_env(tmp_path: Path, **ports: str) -> dict[str, str]:
+    """An environment for another stack in `tmp_path` on free ports, except those given."""
+    free = iter(range(int(os.environ.get("PUSH_E2E_SCRIPT_PORT_BASE", "47400")), 65000))
+
+    def next_free() -> str:
+        for port in free:
+            if subprocess.run(["ss", "-ltnH", f"( sport = :{port} )"], capture_output=True, text=True).stdout.strip() == "":
+                return str(port)
+        raise RuntimeError("no free port")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
+    # Under /var/tmp: the postgres OS user must reach it (pytest's tmp_path is private to root).
+    env["PUSH_VAR_DIR"] = f"/var/tmp/push-e2e-{tmp_path.name[-20:]}-{os.getpid()}"
+    for name in ["PUSH_PG_PORT", "PUSH_UP_GRPC_PORT", "PUSH_UP_SIM_PRODUCTION_PORT", "PUSH_UP_SIM_SANDBOX_PORT",
+                 "PUSH_UP_SIM_ADMIN_PORT", "PUSH_UP_REGISTRATION_ADMIN_PORT", "PUSH_UP_DISPATCHER_ADMIN_PORT",
+                 "PUSH_UP_SIM_METRICS_ADMIN_PORT"]:
+        env[name] = ports.get(name) or next_free()
+    return env
+
+
+def test_up_names_the_variable_of_a_port_another_process_holds(tmp_path):
+    held = port_of(stack.stack_env()["PUSH_DISPATCHER_ADMIN_URL"])
+    env = second_stack_env(tmp_path, PUSH_UP_DISPATCHER_ADMIN_PORT=held)
+    started = time.monotonic()
+    try:
+        done = subprocess.run([str(ROOT / "scripts" / "up"), "--no-demo", "--debug"], env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        pid_files = list((Path(env["PUSH_VAR_DIR"]) / "run").glob("*.pid")) if (Path(env["PUSH_VAR_DIR"]) / "run").exists() else []
+        if not pid_files:
+            subprocess.run(["rm", "-rf", env["PUSH_VAR_DIR"]])
+    assert not pid_files, f"the second stack started {pid_files}"
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert f"port {held} (dispatcher-admin) is already in use by pid" in done.stderr, done.stderr
+    assert "set PUSH_UP_DISPATCHER_ADMIN_PORT=<free port>" in done.stderr
+    assert "stack running" not in done.stdout
+    assert time.monotonic() - started < 300
+
+
+def test_up_stops_when_the_build_fails(tmp_path):
+    # A `swift` whose build fails (as after a compile error) but that still names the old binaries:
+    # scripts/up must stop instead of starting them.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    real = subprocess.run(["which", "swift"], capture_output=True, text=True).stdout.strip()
+    (fake / "swift").write_text(
+        "#!/usr/bin/env bash\n"
+        f'for a in "$@"; do [ "$a" = --show-bin-path ] && exec {real} "$@"; done\n'
+        'echo "/src/Foo.swift:1:1: error: cannot find \'bar\' in scope"; exit 1\n')
+    (fake / "swift").chmod(0o755)
+    env = second_stack_env(tmp_path)
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    try:
+        done = subprocess.run([str(ROOT / "scripts" / "up"), "--no-demo", "--debug"], env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        subprocess.run(["rm", "-rf", env["PUSH_VAR_DIR"]])
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "error: cannot find 'bar' in scope" in done.stdout + done.stderr
+    assert "the build failed" in done.stderr and "stack running" not in done.stdout
+
+
+def test_restart_restarts_one_service_and_waits_for_its_readiness():
+    env = {**os.environ, "PUSH_VAR_DIR": str(stack.VAR_DIR)}
+    run = stack.VAR_DIR / "run"
+    before = (run / "registration-service.pid").read_text().strip()
+    done = subprocess.run([str(ROOT / "scripts" / "restart"), "registration-service"], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = (run / "registration-service.pid").read_text().strip()
+    assert after != before and "registration-service ready" in done.stdout
+    status, _, _ = stack.admin("registration", "/readyz")
+    assert status == 200
+    owners = subprocess.run(["ss", "-ltnpH", f"( sport = :{port_of(stack.stack_env()['PUSH_GRPC_ADDRESS'])} )"],
+                            capture_output=True, text=True).stdout
+    assert f"pid={after}," in owners, owners
+    assert subprocess.run([str(ROOT / "scripts" / "restart"), "kafka"], env=env, capture_output=True).returncode == 2
+
+
+def test_every_role_needs_a_password_over_tcp_and_secrets_are_owner_only():
+    superuser = stack.stack_env()["PUSH_PG_SUPERUSER_URL"]
+    assert subprocess.run(["psql", superuser, "-Atc", "SELECT current_user"], capture_output=True, text=True).stdout.strip() == "postgres"
+    bare = superuser.split("?")[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["PGPASSFILE"] = "/nonexistent"
+    refused = subprocess.run(["psql", bare, "-c", "SELECT 1"], capture_output=True, text=True, env=env)
+    assert refused.returncode != 0 and "password" in refused.stderr, refused.stderr
+    for path in [stack.VAR_DIR / "stack.env", stack.VAR_DIR / "credentials" / "registration-keys.json",
+                 stack.VAR_DIR / "pg" / "pgpass", stack.VAR_DIR / "pg" / "superuser-password"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, f"{path} is {oct(stat.S_IMODE(path.stat().st_mode))}"
+
+
+def test_readme_second_stack_bullet_names_every_variable_scripts_up_reads():
+    script = (ROOT / "scripts" / "up").read_text() + (ROOT / "scripts" / "postgres-dev").read_text()
+    read = set(re.findall(r"\b(PUSH_UP_[A-Z_]+|PUSH_PG_PORT|PUSH_VAR_DIR)\b", script)) - {"PUSH_UP_READY_TIMEOUT_S"}
+    readme = (ROOT / "README.md").read_text()
+    bullet = readme[readme.index("- To run a second stack beside the first"):]
+    bullet = bullet[:bullet.index("\n- ") if "\n- " in bullet else len(bullet)]
+    missing = sorted(name for name in read if f"`{name}" not in bullet)
+    assert not missing, f"the second-stack bullet misses {missing}"
+    assert "scripts/down" in bullet
