@@ -420,11 +420,14 @@ def test_campaign_notifications_are_counted_in_metrics_and_in_readiness_apple_de
     assert feedback.completed[0].request_completed.failed == 3
     assert dispatcher_notifications("failed", "ServiceUnavailable") - failed_before == 3
     assert apple_unreachable_count() - unreachable_before == 3
-    # The 503s opened the sandbox circuit: leave it closed for the next test (a successful campaign
-    # is the trial that closes it).
+    # The 503s may have opened the sandbox circuit (docs/apns-client.md: it opens on a failure ratio
+    # over two connections, which three failing tokens do not always reach): leave it closed for the
+    # next test (a successful campaign is the trial that closes it). The gauge is set on a transition,
+    # so a breaker that never left closed has no sandbox series at all.
     def circuit_closed() -> bool:
         _, body, _ = stack.admin("dispatcher", "/metrics")
-        return 'push_apns_circuit_state{environment="sandbox"} 0' in body
+        series = [line for line in body.splitlines() if line.startswith('push_apns_circuit_state{environment="sandbox"}')]
+        return not series or series[0].endswith(" 0")
     deadline = time.monotonic() + 120
     while not circuit_closed():
         assert time.monotonic() < deadline, "the sandbox circuit did not close after the 503s ended"
