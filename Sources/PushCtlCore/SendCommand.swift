@@ -98,17 +98,23 @@ enum SendCommand {
             }
         case .userIDs(let users):
             let bundle = request.notification?.bundleID ?? ""
-            return try? await TokenCommands.withDatabase(settings) { connection in
-                var count = 0
-                for user in Set(users.userIDs) {
-                    let rows = try await connection.query(
-                        "SELECT count(*) AS n FROM device_tokens WHERE user_id = $1 AND bundle_id = $2 AND status = 'active'",
-                        [.string(user), .string(bundle)])
-                    count += try rows.first?.int("n") ?? 0
-                }
-                return count
-            }
+            return await activeTokenCount(users: users.userIDs, bundleID: bundle, settings)
         default: return nil
+        }
+    }
+
+    /// The active tokens of `users` (each counted once) under `bundleID` in PostgreSQL; nil when it
+    /// cannot be read.
+    private static func activeTokenCount(users: [String], bundleID: String, _ settings: PushCtlSettings) async -> Int? {
+        try? await TokenCommands.withDatabase(settings) { connection in
+            var count = 0
+            for user in Set(users) {
+                let rows = try await connection.query(
+                    "SELECT count(*) AS n FROM device_tokens WHERE user_id = $1 AND bundle_id = $2 AND status = 'active'",
+                    [.string(user), .string(bundleID)])
+                count += try rows.first?.int("n") ?? 0
+            }
+            return count
         }
     }
 
@@ -134,16 +140,7 @@ enum SendCommand {
         case .userIDs(let users):
             guard settings.env.string("PUSH_PG_URL") != nil else { return nil }
             let bundle = request.notification?.bundleID ?? ""
-            return try? await TokenCommands.withDatabase(settings) { connection in
-                var count = 0
-                for user in Set(users.userIDs) {
-                    let rows = try await connection.query(
-                        "SELECT count(*) AS n FROM device_tokens WHERE user_id = $1 AND bundle_id = $2 AND status = 'active'",
-                        [.string(user), .string(bundle)])
-                    count += try rows.first?.int("n") ?? 0
-                }
-                return count
-            }
+            return await activeTokenCount(users: users.userIDs, bundleID: bundle, settings)
         default: return nil
         }
     }
