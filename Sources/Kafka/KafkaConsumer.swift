@@ -328,16 +328,7 @@ final class ConsumerCore: Sendable {
                 break
             case .message(let message):
                 configuration.onReceipt?(message)
-                let waiter = state.withLock { s -> CheckedContinuation<KafkaMessage?, Never>? in
-                    s.unreadable.delivered(message.topicPartition)
-                    if let waiter = s.messageWaiter {
-                        s.messageWaiter = nil
-                        return waiter
-                    }
-                    s.buffer.append(message)
-                    return nil
-                }
-                waiter?.resume(returning: message)
+                handOut(message, delivered: true)
             case .error(let error, let at):
                 logger.warning("consume error", ["error": "\(error)"])
                 state.withLock { $0.emit(.error(error)) }?.resume(returning: .error(error))
@@ -381,7 +372,14 @@ final class ConsumerCore: Sendable {
         logger.error("record the client cannot read: skipped", ["partition": "\(partition)", "offset": "\(skipped)", "error": "\(error)"])
         var record = KafkaMessage(topic: partition.topic, partition: partition.partition, offset: skipped, key: nil, value: [], headers: [], timestamp: nil)
         record.unreadableError = "\(error.code.name): \(error.message)"
+        handOut(record, delivered: false)
+    }
+
+    /// Gives `record` to the caller waiting for one, else buffers it; `delivered`: the client read it
+    /// (its partition made progress, for the unreadable-record skipper).
+    private func handOut(_ record: KafkaMessage, delivered: Bool) {
         let waiter = state.withLock { s -> CheckedContinuation<KafkaMessage?, Never>? in
+            if delivered { s.unreadable.delivered(record.topicPartition) }
             if let waiter = s.messageWaiter {
                 s.messageWaiter = nil
                 return waiter

@@ -227,17 +227,7 @@ public struct ProtobufReader: Sendable {
     /// - Throws: the message's decoding errors; `.nestingTooDeep` past 100 levels.
     @inlinable
     public mutating func readMessage<M: ProtobufMessage>(into message: inout M) throws(ProtobufError) {
-        let range = try readLengthDelimitedRange()
-        let savedLimit = limit
-        position = range.lowerBound
-        limit = range.upperBound
-        depth += 1
-        guard depth <= Self.maximumDepth else {
-            throw ProtobufError(.nestingTooDeep, "messages nested deeper than \(Self.maximumDepth)", offset: position)
-        }
-        try message.decodeFields(from: &self)
-        depth -= 1
-        limit = savedLimit
+        try readEmbedded { (reader: inout ProtobufReader) throws(ProtobufError) in try message.decodeFields(from: &reader) }
     }
 
     /// Reads a length-delimited field as an embedded message and runs `body` over its fields only,
@@ -245,6 +235,7 @@ public struct ProtobufReader: Sendable {
     /// entries of a repeated field). Afterwards the reader is past the field.
     /// - Throws: the framing errors of `readLengthDelimitedRange`, `.nestingTooDeep`, and what
     ///   `body` throws.
+    @inlinable
     public mutating func readEmbedded<T>(_ body: (inout ProtobufReader) throws(ProtobufError) -> T) throws(ProtobufError) -> T {
         let range = try readLengthDelimitedRange()
         let savedLimit = limit
