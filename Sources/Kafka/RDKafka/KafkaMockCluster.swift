@@ -1,3 +1,4 @@
+import Foundation
 internal import CRdKafka
 import ServiceCore
 
@@ -110,8 +111,24 @@ private final class MockClusterOwner: @unchecked Sendable {
         self.context = context
     }
 
+    /// Destroys the cluster and its host client on a thread of their own: both calls join librdkafka
+    /// threads (hundreds of milliseconds), and the last reference is usually dropped on a cooperative
+    /// thread. The context rides along: the host's log callback reads it until `rd_kafka_destroy` returns.
     deinit {
-        rd_kafka_mock_cluster_destroy(cluster)
-        rd_kafka_destroy(host)
+        let doomed = Doomed(host: host, cluster: cluster, context: context)
+        let thread = Thread {
+            rd_kafka_mock_cluster_destroy(doomed.cluster)
+            rd_kafka_destroy(doomed.host)
+            withExtendedLifetime(doomed.context) {}
+        }
+        thread.name = "kafka-mock-destroy"
+        thread.start()
+    }
+
+    /// What the destroying thread owns. `@unchecked Sendable`: handed over once, used by that thread only.
+    private struct Doomed: @unchecked Sendable {
+        let host: OpaquePointer
+        let cluster: OpaquePointer
+        let context: RDKafkaContext
     }
 }
