@@ -89,6 +89,7 @@ class Bench:
         self.reader = B.CompletionReader(self.bootstrap, topics, self.prefix, group=f"bench-reader-{self.run_id}",
                                           dispatcher_pid=dispatcher)
         self.sampler = B.RSSSampler(dispatcher)
+        self.cpu = B.CPUMeter()
         out(f"bench-e2e: run id {self.run_id}, {self.runs} run(s) of {','.join(sorted(self.only))}; stack {B.VAR_DIR}; "
             f"dispatcher pid {dispatcher} (VmRSS {self.sampler.status('VmRSS'):,} KiB)"
             + (f"; apns-bench → simulator sandbox port {self.apns.port}" if self.apns else ""))
@@ -153,6 +154,11 @@ class Bench:
         rate, line = self.apns.run(n)
         return rate, f"{line} (loadavg {load})"
 
+    def cpu_line(self, cpu: dict[str, float], unit: str) -> str:
+        return (f"CPU per {unit}: dispatcher {cpu['dispatcher']:,.0f} µs + PostgreSQL {cpu['postgres']:,.0f} µs + broker "
+                f"{cpu['broker']:,.0f} µs = {cpu['total']:,.0f} µs | apns-bench {self.apns.cpu_per_notification_us:,.0f} µs "
+                f"per notification")
+
     def rss_peak(self) -> tuple[int, int]:
         return self.sampler.peak()
 
@@ -162,6 +168,7 @@ class Bench:
         ids = [f"{self.prefix}r{run}-a{i}" for i in range(n)]
         load = B.loadavg()
         self.sampler.phase()
+        cpu_before = self.cpu.read()
         started = time.time()
         for i, request_id in enumerate(ids):
             self.producer.produce(B.SEND_REQUESTS, request_id.encode(),
@@ -170,27 +177,34 @@ class Bench:
         self.producer.flush("(a) produce")
         got = self.reader.wait(ids, B.deadline_for(n), f"(a) {n} single-token requests")
         elapsed = max(seen for seen, _ in got) / 1000 - started
+        cpu = B.CPUMeter.per_item(cpu_before, self.cpu.read(), n)
         self.rss["a"].append(self.rss_peak())
         delivered = sum(c.delivered for _, c in got)
         ceiling, line = self.ceiling(n)
         rate = n / elapsed
-        self.results["a"].append({"rate": rate, "ceiling": ceiling, "load": load})
+        self.results["a"].append({"rate": rate, "ceiling": ceiling, "load": load, "cpu": cpu,
+                                  "apns_cpu": self.apns.cpu_per_notification_us})
         out(f"run {run + 1} (a) {n:,} single-token requests at once: {rate:,.0f} requests/s ({elapsed:.2f} s, delivered "
             f"{delivered:,}/{n:,}) | ceiling {ceiling:,.0f}/s | ratio {rate / ceiling:.3f} | loadavg {load}")
         out(f"      {line}")
+        out(f"      {self.cpu_line(cpu, 'request')}")
 
     # ---- (b) one request fanned out to one user's tokens
     def figure_b(self, run: int) -> None:
         load = B.loadavg()
         self.sampler.phase()
+        cpu_before = self.cpu.read()
         elapsed, total, delivered = self.send_one(f"{self.prefix}r{run}-b", f"{self.prefix}fanout", self.fanout, "(b) fan-out request")
+        cpu = B.CPUMeter.per_item(cpu_before, self.cpu.read(), max(total, 1))
         self.rss["b"].append(self.rss_peak())
         ceiling, line = self.ceiling(self.fanout)
         rate = total / elapsed
-        self.results["b"].append({"rate": rate, "ceiling": ceiling, "load": load})
+        self.results["b"].append({"rate": rate, "ceiling": ceiling, "load": load, "cpu": cpu,
+                                  "apns_cpu": self.apns.cpu_per_notification_us})
         out(f"run {run + 1} (b) 1 request × {total:,} tokens: {rate:,.0f} notifications/s ({elapsed:.2f} s, delivered "
             f"{delivered:,}) | ceiling {ceiling:,.0f}/s | ratio {rate / ceiling:.3f} | loadavg {load}")
         out(f"      {line}")
+        out(f"      {self.cpu_line(cpu, 'notification')}")
 
     # ---- (e) the big fan-out, for the dispatcher's memory
     def figure_big(self, run: int) -> None:
@@ -379,6 +393,14 @@ COMMIT;
 
         ratio_line("a", f"{self.single:,} single-token requests at once", "requests/s", "apns-bench", GOAL_SINGLE)
         ratio_line("b", f"1 request × {self.fanout:,} tokens", "notifications/s", "apns-bench", GOAL_FANOUT)
+        for letter, unit in (("a", "single-token request"), ("b", "fan-out notification")):
+            rows = self.results[letter]
+            if rows:
+                median = {name: B.median([r["cpu"][name] for r in rows]) for name in ("dispatcher", "postgres", "broker", "total")}
+                apns = B.median([r["apns_cpu"] for r in rows])
+                out(f"(f{letter}) CPU per {unit}: dispatcher {median['dispatcher']:,.0f} µs + PostgreSQL {median['postgres']:,.0f} µs "
+                    f"+ broker {median['broker']:,.0f} µs = {median['total']:,.0f} µs beside apns-bench {apns:,.0f} µs per notification "
+                    f"(medians; dispatcher + PostgreSQL {median['dispatcher'] + median['postgres']:,.0f} µs)")
         rows = self.results["c"]
         if rows:
             p50, p99 = B.median([r["p50"] for r in rows]), B.median([r["p99"] for r in rows])

@@ -243,6 +243,76 @@ class CompletionReader:
         self.consumer.close()
 
 
+# ---- CPU time per notification, from /proc
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (field 3, the state, is index 0)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    """utime + stime of `pid` in seconds (proc(5) fields 14 and 15); with `reaped_children`, plus
+    cutime + cstime (16 and 17): the CPU of children that exited and were waited for."""
+    fields = _stat_fields(pid)
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLOCK_TICKS
+
+
+def postmaster_pid() -> int:
+    """The stack's PostgreSQL server (the first line of its data directory's postmaster.pid)."""
+    path = VAR_DIR / "pg" / "data" / "postmaster.pid"
+    try:
+        pid = int(path.read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        raise BenchError(f"{path} is missing or unreadable: is the stack's PostgreSQL running?") from None
+    if not Path(f"/proc/{pid}").exists():
+        raise BenchError(f"PostgreSQL (pid {pid} from {path}) is not running")
+    return pid
+
+
+class CPUMeter:
+    """CPU seconds used so far by the dispatcher, by PostgreSQL (the postmaster, every live process it
+    started and those it already reaped) and by the Kafka broker, read from /proc. Subtract two
+    `read()`s to get what a phase cost."""
+
+    def __init__(self):
+        self.pids = {"dispatcher": pid_of("dispatcher"), "postgres": postmaster_pid(), "broker": pid_of("kafka")}
+
+    def _postgres(self) -> float:
+        server = self.pids["postgres"]
+        total = process_cpu_seconds(server, reaped_children=True)
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = _stat_fields(int(entry.name))
+                if int(fields[1]) == server:  # field 4, the parent
+                    total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            except (OSError, ValueError):
+                continue  # exited meanwhile: its time is now in the postmaster's cutime/cstime
+        return total
+
+    def read(self) -> dict[str, float]:
+        try:
+            return {"dispatcher": process_cpu_seconds(self.pids["dispatcher"]), "postgres": self._postgres(),
+                    "broker": process_cpu_seconds(self.pids["broker"])}
+        except OSError:
+            raise BenchError(f"a stack process is gone (pids {self.pids})") from None
+
+    @staticmethod
+    def per_item(before: dict[str, float], after: dict[str, float], items: int) -> dict[str, float]:
+        """Microseconds of CPU per item for each part and their sum (`total`)."""
+        used = {name: (after[name] - before[name]) * 1e6 / items for name in before}
+        used["total"] = sum(used.values())
+        return used
+
+
 # ---- the dispatcher's memory
 
 class RSSSampler:
@@ -341,7 +411,10 @@ class APNsBench:
                         "--connections", os.environ.get("BENCH_APNS_CONNECTIONS", "4")]
 
     def run(self, n: int, concurrency: int = 1000) -> tuple[float, str]:
-        """Sends n notifications; returns (notifications/s, apns-bench's line)."""
+        """Sends n notifications; returns (notifications/s, apns-bench's line). `cpu_per_notification_us`
+        is then apns-bench's own CPU (user + system, from getrusage of this child) per notification."""
+        import resource
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run([*self.command, "--n", str(n), "--concurrency", str(concurrency), "--label", f"apns-bench n={n}"],
                                   capture_output=True, text=True, timeout=deadline_for(n, 120))
@@ -351,4 +424,7 @@ class APNsBench:
         match = re.search(r"([0-9.]+) notifications/s", lines[-1]) if lines else None
         if done.returncode != 0 or not match:
             raise BenchError(f"apns-bench failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        self.cpu_per_notification_us = used * 1e6 / n
         return float(match.group(1)), lines[-1]
