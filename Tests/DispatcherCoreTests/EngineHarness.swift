@@ -20,6 +20,8 @@ import Testing
 /// restructured only that function changes.
 final class EngineWorld: Sendable {
     static let bundleID = "com.example.app"
+    /// The test's own Kafka clients log errors only (the mock broker's version warnings are noise here).
+    static let quiet = Logger(label: "test.kafka", logLevel: .error)
 
     let pool: PostgresPool
     let store: TokenStore
@@ -49,7 +51,7 @@ final class EngineWorld: Sendable {
         for topic in topics.all { try cluster.createTopic(topic, partitions: topic == topics.sendRequests ? partitions : 1) }
         self.topics = topics
         group = "dispatcher-\(suffix)"
-        producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers]))
+        producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers]), logger: Self.quiet)
         credentials = try await EngineCredentials.shared.value
         var simulator = APNsSimulator.Configuration(
             certificateChainFile: credentials.path("server-cert.pem"), privateKeyFile: credentials.path("server-key.pem"),
@@ -99,7 +101,7 @@ final class EngineWorld: Sendable {
         let registry = MetricsRegistry()
         let logger = Logger(label: "test.engine.\(instance)", logLevel: logLevel)
         let client = APNsClient(configuration: apns, tokens: tokens, logger: logger, metrics: registry)
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers]))
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers]), logger: logger)
         let dispatcher = Dispatcher(
             configuration: configuration, store: store, sender: client, producer: producer, logger: logger,
             monitor: DispatcherMonitor(registry: registry), metrics: registry)
@@ -186,7 +188,7 @@ final class EngineWorld: Sendable {
         var configuration = KafkaConsumerConfiguration(bootstrapServers: [cluster.bootstrapServers], groupID: group, topics: [topics.sendRequests])
         configuration.offsetCommit = .explicit
         configuration.sessionTimeout = .seconds(6)
-        let consumer = try KafkaConsumer(configuration: configuration)
+        let consumer = try KafkaConsumer(configuration: configuration, logger: Self.quiet)
         let partition = KafkaTopicPartition(topic: topics.sendRequests, partition: KafkaPartition(rawValue: partition))
         let committed = try await consumer.committedOffsets(for: [partition])
         for await event in consumer.events {
@@ -240,7 +242,7 @@ final class FeedbackCollector: Sendable {
         var configuration = KafkaConsumerConfiguration(bootstrapServers: [cluster.bootstrapServers], groupID: "reader-\(UUID())", topics: [topic])
         configuration.sessionTimeout = .seconds(6)
         configuration.fetchMaxWait = .milliseconds(10)
-        let consumer = try KafkaConsumer(configuration: configuration)
+        let consumer = try KafkaConsumer(configuration: configuration, logger: EngineWorld.quiet)
         let events = Shared<(events: [FeedbackEvent], offsets: Set<KafkaOffset>)>(([], []))
         self.consumer = consumer
         self.events = events

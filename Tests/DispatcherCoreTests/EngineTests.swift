@@ -60,7 +60,7 @@ struct EngineTests {
         try await eventually("the request's and the campaign's first page's answers held") {
             Set(world.simulator.heldTokens()) == Set(held + campaignTokens.prefix(2))
         }
-        #expect(world.feedback.completions("done-1").count == 1)
+        try await eventually("the request before them completed") { world.feedback.completions("done-1").count == 1 }
         try await eventually("the last record queued behind the running one") { first.recordsInFlight == 2 }
 
         first.shutdown.trigger()
@@ -77,7 +77,9 @@ struct EngineTests {
         #expect(try await world.sendLog("middle-1") == [held[0]: "DELIVERED", held[1]: "DELIVERED"])
         #expect(waiting.allSatisfy { Self.received(world, $0) == 0 }, "no notification started after the stop")
         #expect(Self.received(world, queuedToken) == 0)
-        #expect(Set(world.feedback.reports("middle-1").map(\.deviceToken)) == Set(held))
+        try await eventually("the recorded outcomes' reports read back") {
+            Set(world.feedback.reports("middle-1").map(\.deviceToken)) == Set(held)
+        }
         #expect(world.feedback.completions("middle-1").isEmpty)
         #expect(try await world.committedOffset() == middle.offset, "the finished prefix ends before the unfinished request")
         // The campaign: whole pages sent, in token order, the checkpoint at the last one, lease released.
@@ -263,7 +265,8 @@ struct EngineTests {
     /// UNKNOWN_MEMBER_ID) cancels the lost partition's running request at once, without a drain, and
     /// stores nothing; the member joins again and reads the request again from the committed offset:
     /// the notification whose answer had not arrived is sent a second time, and one outcome is recorded
-    /// and published.
+    /// and published. (Issue 26 plans to let in-flight sends of a lost partition finish instead: that
+    /// change updates the count of sends asserted here on purpose.)
     @Test func aLostAssignmentStoresNothingAndTheRequestIsReadAgain() async throws {
         let world = try await EngineWorld()
         let before = EngineWorld.token("10"), held = EngineWorld.token("11")
