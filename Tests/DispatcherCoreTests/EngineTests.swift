@@ -114,6 +114,36 @@ struct EngineTests {
         await world.close()
     }
 
+    /// Graceful shutdown while a notification waits on a timer for its next APNs attempt (Apple
+    /// answers 503): it is parked (`pending_retries`), its record finishes and is committed, and the
+    /// next owner re-drives the row once Apple answers again, publishing one `RequestCompleted`.
+    @Test func gracefulShutdownParksANotificationWaitingForARetry() async throws {
+        let world = try await EngineWorld()
+        let token = EngineWorld.token("77")
+        var faults = APNsSimulatorFaults()
+        faults.statusShares = [503: 1]
+        world.simulator.setFaults(faults)
+        let first = try world.startEngine(instance: "a")
+        let request = try await world.send("waiting-1", to: [token])
+        try await eventually("the notification retrying on timers") { Self.received(world, token) >= 3 }
+        #expect(try await world.count("SELECT count(*) FROM pending_retries WHERE request_id = $1", "waiting-1") == 0,
+                "below the cap and young, it waits in the process")
+        try await first.stop()
+        #expect(try await world.count("SELECT count(*) FROM pending_retries WHERE request_id = $1", "waiting-1") == 1)
+        #expect(try await world.sendLog("waiting-1").isEmpty)
+        #expect(try await world.committedOffset() == KafkaOffset(rawValue: request.offset.rawValue + 1), "its record finished")
+        world.simulator.setFaults(APNsSimulatorFaults())
+        let second = try world.startEngine(instance: "b")
+        try await eventually("the parked notification re-driven and the request completed") {
+            world.feedback.completions("waiting-1").count == 1
+        }
+        #expect(try await world.sendLog("waiting-1") == [token: "DELIVERED"])
+        let completed = try #require(world.feedback.completions("waiting-1").first)
+        #expect((completed.total, completed.delivered) == (1, 1))
+        try await second.stop()
+        await world.close()
+    }
+
     /// A request whose `RequestCompleted` was acknowledged (`request_completions`), read again, is
     /// finished at once: nothing sent, nothing published.
     @Test func aRedeliveredFinishedRequestPublishesNothing() async throws {
