@@ -28,17 +28,22 @@ import ServiceCore
 /// - `GET /admin/requests` → `{"requests":[{"environment":"sandbox"|"production","connection":<id>,
 ///   "stream":<id>,"received_at_ms":<ms>,"method","path","headers":[[name,value],…],"body":<text>,
 ///   "body_bytes":<n>,"status":<int>|null,"reason"?,"timestamp"?,"apns_id"?,"fault"?:"unanswered"|
-///   "hung"|"dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
+///   "hung"|"held"|"dropped"|"injected","delay_ms":<ms>,"certificate_subject"?,"jwt"?:{"header":{…},"claims":{…}}}]}`,
 ///   oldest first, at most `recordLimit`. `jwt` is decoded from `authorization`, not verified.
 ///   Query parameters narrow it (``RecordQuery``): `?device_token=<hex>`, `since_ms=<ms>` (simulator
 ///   clock), `limit=<n>` (the newest n); an unknown parameter or a bad value is a 400 naming it.
 /// - `GET /admin/counters` → `{"counters":{"200":n,"400 BadDeviceToken":n,"unanswered":n,"dropped":n,
-///   "hung":n,"goaway":n,…},"total":<requests>}`. `unanswered`, `hung` and `dropped` count requests left without an
-///   answer (and admin drops); `goaway` counts GOAWAYs sent by faults or the admin API.
+///   "hung":n,"held":n,"goaway":n,…},"total":<requests>}`. `unanswered`, `hung` and `dropped` count requests left without an
+///   answer (and admin drops); `held` counts answers the `hold` fault kept back (also counted by
+///   their status); `goaway` counts GOAWAYs sent by faults or the admin API.
 /// - `POST /admin/reset` → `{"reset":true}`: forgets requests and counters, restores the start faults
-///   and token lists.
+///   and token lists, sends every held answer.
 /// - `GET /admin/faults` → the faults in force (JSON form of ``APNsSimulatorFaults``, every key).
 /// - `PUT /admin/faults` with that JSON (missing keys = off) → the new faults. Replaces all faults.
+/// - `GET /admin/held` → `{"held":[{"token","environment","connection","stream","status"}]}`: answers
+///   the `hold` fault keeps back, oldest first.
+/// - `POST /admin/held/release` with optional `{"token":"<hex>"}` → `{"released":n}`: sends the
+///   answers held for that token, or every held answer.
 /// - `POST /admin/tokens` with `{"token","environment":"sandbox"|"production"|"none","bundle_id"?}`
 ///   registers a token: other environment → `BadDeviceToken`, other bundle ID →
 ///   `DeviceTokenNotForTopic`; `"none"`: issued by neither environment, `BadDeviceToken` on both.
@@ -166,8 +171,18 @@ public final class APNsSimulator: Sendable {
     /// - Throws: `APNsSimulatorError` `.invalidConfiguration` when the token is malformed.
     public func invalidate(_ invalidation: TokenInvalidation) throws(APNsSimulatorError) { try state.invalidate(invalidation) }
 
-    /// Forgets requests and counters; restores the configured faults and token lists.
+    /// Forgets requests and counters; restores the configured faults and token lists; sends every
+    /// held answer.
     public func reset() { state.reset() }
+
+    /// The device tokens (lowercase hex) of the answers the `hold` fault keeps back, one entry per
+    /// answer, oldest first.
+    public func heldTokens() -> [String] { state.held.withLock { $0.map(\.token) } }
+
+    /// Sends the answers held for `token` (any case; every held answer when nil), oldest first.
+    /// - Returns: how many answers were released.
+    @discardableResult
+    public func releaseHeld(token: String? = nil) -> Int { state.releaseHeld(token: token?.lowercased()) }
 
     /// Stops listening, sends GOAWAY and closes every connection after at most `gracePeriod`.
     public func shutdown(gracePeriod: Duration = .seconds(1)) async {

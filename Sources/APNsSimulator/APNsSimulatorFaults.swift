@@ -9,8 +9,8 @@ import Foundation
 ///
 /// Order of application for each device-push request: the stream counters of its connection
 /// (``dropAfterStreams``, ``unansweredShare``, ``hungTokens``) first, then Apple's checks, then for requests that
-/// passed every check ``tokenRateLimit``, ``statusShares`` and ``reasonShares``; ``latency`` delays whatever answer
-/// results; ``goAway`` follows the answer. Per-connection timers (``goAway`` `every`,
+/// passed every check ``tokenRateLimit``, ``statusShares`` and ``reasonShares``; ``hold`` keeps whatever answer
+/// results until it is released, else ``latency`` delays it; ``goAway`` follows the answer. Per-connection timers (``goAway`` `every`,
 /// ``maxConcurrentStreamsSchedule``) start at the connection's first request, the moment the
 /// simulator first sees the connection.
 ///
@@ -24,6 +24,7 @@ import Foundation
 ///  "drop_after_streams": 50,
 ///  "unanswered_share": 0.1,
 ///  "hung_tokens": {"share": 0.02, "tokens": ["<hex device token>"]},
+///  "hold": {"tokens": ["<hex device token>"]},
 ///  "provider_tokens_expired_through_iat": 1796100000,
 ///  "max_concurrent_streams": 1000,
 ///  "max_concurrent_streams_schedule": [{"after_ms": 1000, "value": 10}, {"after_ms": 5000, "value": 1000}]}
@@ -105,6 +106,21 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
         }
     }
 
+    /// Device tokens whose answers wait until released (`APNsSimulator.releaseHeld(token:)` or
+    /// `POST /admin/held/release`), so that a test can have a notification in flight at a moment it
+    /// chooses. The request is checked and recorded as any other (its record carries the status it
+    /// will get, fault `held`); only the answer waits. A release sends the answer computed on
+    /// arrival; an answer whose stream the client reset meanwhile is dropped by the server.
+    public struct Hold: Sendable, Equatable {
+        /// Device tokens (lowercase hex) whose answers are held. JSON `tokens` (any case).
+        public var tokens: Set<String>
+
+        /// Creates a hold fault.
+        public init(tokens: Set<String> = []) {
+            self.tokens = Set(tokens.map { $0.lowercased() })
+        }
+    }
+
     /// GOAWAY sent by the server (RFC 9113 §6.8) with APNs's JSON debug data `{"reason":"…"}`.
     public struct GoAway: Sendable, Equatable {
         /// Send GOAWAY right after answering a connection's N-th request (last-stream-id = that
@@ -161,6 +177,8 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     public var unansweredShare: Double = 0
     /// Device tokens whose pushes are never answered; nil = off. JSON `hung_tokens`.
     public var hungTokens: HungTokens?
+    /// Device tokens whose answers wait until released; nil = off. JSON `hold`.
+    public var hold: Hold?
     /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection is trusted (token auth: after its first
     /// successful request; certificate auth: at its first request). New connections start at 1
     /// (docs/apns-protocol.md §6). JSON `max_concurrent_streams`, default 1000.
@@ -179,7 +197,7 @@ public struct APNsSimulatorFaults: Sendable, Equatable {
     /// True when no answer is ever delayed, refused or withheld by a fault.
     var isQuiet: Bool {
         latency == nil && statusShares.isEmpty && reasonShares.isEmpty && tokenRateLimit == nil && goAway == nil
-            && dropAfterStreams == 0 && unansweredShare == 0 && hungTokens == nil && maxConcurrentStreamsSchedule.isEmpty
+            && dropAfterStreams == 0 && unansweredShare == 0 && hungTokens == nil && hold == nil && maxConcurrentStreamsSchedule.isEmpty
     }
 }
 
@@ -291,6 +309,18 @@ extension APNsSimulatorFaults {
             try sub.finish()
             hungTokens = HungTokens(share: share, tokens: tokens)
         }
+        if let held = try reader.object("hold") {
+            var sub = JSONReader(held, path: "faults.hold")
+            var tokens: Set<String> = []
+            for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
+                guard let text = item as? String, let token = try? DeviceToken(validating: text) else {
+                    throw APNsSimulatorError(.invalidConfiguration, "faults.hold.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
+                }
+                tokens.insert(token.hex)
+            }
+            try sub.finish()
+            hold = Hold(tokens: tokens)
+        }
         providerTokensExpiredThroughIat = try reader.int64("provider_tokens_expired_through_iat")
         maxConcurrentStreams = UInt32(try reader.int("max_concurrent_streams", range: 1...Int(Int32.max)) ?? 1000)
         if let steps = try reader.array("max_concurrent_streams_schedule") {
@@ -327,6 +357,7 @@ extension APNsSimulatorFaults {
             ]
         }
         if let hungTokens { object["hung_tokens"] = ["share": hungTokens.share, "tokens": hungTokens.tokens.sorted()] as [String: Any] }
+        if let hold { object["hold"] = ["tokens": hold.tokens.sorted()] }
         if let providerTokensExpiredThroughIat { object["provider_tokens_expired_through_iat"] = providerTokensExpiredThroughIat }
         if let tokenRateLimit {
             object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.wholeMilliseconds]

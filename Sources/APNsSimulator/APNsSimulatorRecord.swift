@@ -31,7 +31,7 @@ public struct APNsSimulatorRecord: Sendable {
     public var apnsID: String?
     /// The fault that shaped the answer: `unanswered`, `hung` (a hung device token), `dropped`, `refused` (above the
     /// last-stream-id of a GOAWAY already sent: not processed, no answer), `injected` (a status
-    /// share or the per-token rate limit), or nil.
+    /// share or the per-token rate limit), `held` (the `hold` fault kept the answer until released), or nil.
     public var fault: String?
     /// How long the answer was held back (latency fault), in ms; 0 when answered at once.
     public var delayMilliseconds: Int64 = 0

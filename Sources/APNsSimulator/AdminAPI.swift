@@ -28,6 +28,26 @@ struct AdminAPI: Sendable {
                 let faults = try APNsSimulatorFaults(jsonObject: try body(request))
                 state.setFaults(faults)
                 return ok(faults.jsonObject)
+            case ("GET", "/admin/held"):
+                let held = state.held.withLock { $0 }.map { answer -> [String: Any] in
+                    ["token": answer.token, "environment": answer.environment.rawValue,
+                     "connection": answer.connectionID, "stream": answer.streamID, "status": answer.status]
+                }
+                return ok(["held": held])
+            case ("POST", "/admin/held/release"):
+                var reader = JSONReader(try body(request, allowEmpty: true), path: "body")
+                let token = try reader.string("token")
+                try reader.finish()
+                let hex: String?
+                if let token {
+                    guard let parsed = try? DeviceToken(validating: token) else {
+                        return error(400, "body.token: expected a device token (hex, 64 to 512 digits)")
+                    }
+                    hex = parsed.hex
+                } else {
+                    hex = nil
+                }
+                return ok(["released": state.releaseHeld(token: hex)])
             case ("POST", "/admin/tokens"):
                 let registration = try APNsSimulator.TokenRegistration(jsonObject: try body(request), path: "body")
                 try state.register(registration)

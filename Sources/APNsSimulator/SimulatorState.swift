@@ -56,6 +56,8 @@ final class SimulatorState: Sendable {
     let startInvalidations: [APNsSimulator.TokenInvalidation]
     let shared: Mutex<Shared>
     let recorder: Recorder
+    /// Answers kept back by the `hold` fault, oldest first, until released.
+    let held = Mutex<[HeldAnswer]>([])
     /// Returns the keys of the connections still open; set once the servers run (for purging).
     let liveConnectionKeys = Mutex<(@Sendable () -> Set<UInt64>)?>(nil)
 
@@ -139,6 +141,20 @@ final class SimulatorState: Sendable {
         for registration in startRegistrations { try? register(registration) }
         for invalidation in startInvalidations { try? invalidate(invalidation) }
         recorder.reset()
+        releaseHeld(token: nil)
+    }
+
+    /// Sends the held answers for `token` (lowercase hex; every held answer when nil), oldest first.
+    /// - Returns: how many were released.
+    @discardableResult
+    func releaseHeld(token: String?) -> Int {
+        let released = held.withLock { held -> [HeldAnswer] in
+            let chosen = held.filter { token == nil || $0.token == token }
+            held.removeAll { token == nil || $0.token == token }
+            return chosen
+        }
+        for answer in released { answer.responder.respond(answer.response) }
+        return released.count
     }
 
     func connectionStates() -> [ConnectionState] {
@@ -310,9 +326,24 @@ final class SimulatorState: Sendable {
         record.apnsID = apnsID
         record.fault = verdict.fault
         record.delayMilliseconds = delay
+        let holds = faults.hold.map { hold in
+            request.path.hasPrefix("/3/device/") && hold.tokens.contains(String(request.path.dropFirst("/3/device/".utf8.count)).lowercased())
+        } ?? false
+        if holds {
+            record.fault = record.fault ?? "held"
+            record.delayMilliseconds = 0
+        }
         recorder.append(record, counter: counter)
 
-        if delay > 0 {
+        if holds {
+            // Kept until released (admin API or `APNsSimulator.releaseHeld`); the latency fault does not apply.
+            recorder.count("held")
+            let answer = HeldAnswer(
+                token: String(request.path.dropFirst("/3/device/".utf8.count)).lowercased(), environment: environment,
+                connectionID: request.connection.id, streamID: request.streamID, status: verdict.status,
+                responder: responder, response: response)
+            held.withLock { $0.append(answer) }
+        } else if delay > 0 {
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) {
                 responder.respond(response)
             }
@@ -530,4 +561,17 @@ final class SimulatorState: Sendable {
         if !suffix.isEmpty { return topic.hasSuffix(suffix) && topic.utf8.count > suffix.utf8.count }
         return impliedPushType(topic) == .alert
     }
+}
+
+/// An answer the `hold` fault keeps back until it is released.
+struct HeldAnswer: Sendable {
+    /// The device token of the request, lowercase hex.
+    let token: String
+    let environment: APNsEnvironment
+    let connectionID: UInt64
+    let streamID: Int32
+    /// The HTTP status the answer carries.
+    let status: Int
+    let responder: HTTP2Responder
+    let response: HTTP2ServerResponse
 }

@@ -258,7 +258,8 @@ public struct PushCtlCommand: Sendable {
             ],
             details: """
                 Faults (the simulator's PUT /admin/faults): latency, status_shares, reason_shares,
-                token_rate_limit, goaway, drop_after_streams, unanswered_share, max_concurrent_streams.
+                token_rate_limit, goaway, drop_after_streams, unanswered_share, hung_tokens, hold,
+                max_concurrent_streams. Answers held by hold wait for POST /admin/held/release.
                 Example: pushctl sim faults '{"status_shares":{"503":0.2}}'
                 """),
         PushCtlCommand(

@@ -81,6 +81,15 @@ struct ScenarioTests {
         try await withSimulator { simulator, credentials in try await runScenario("unanswered", simulator, credentials) }
     }
 
+    /// Answers for held tokens wait until released through the admin API, one token or all; the
+    /// other streams of the same connection are answered meanwhile.
+    @Test func heldAnswersWaitForTheirRelease() async throws {
+        try await withSimulator { simulator, credentials in
+            try await runScenario("hold", simulator, credentials)
+            #expect(simulator.heldTokens().isEmpty, "the scenario releases every held answer")
+        }
+    }
+
     @Test func maxConcurrentStreamsSchedule() async throws {
         try await withSimulator { simulator, credentials in try await runScenario("settings_schedule", simulator, credentials) }
     }

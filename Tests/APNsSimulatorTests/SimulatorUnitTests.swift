@@ -16,7 +16,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
              "token_rate_limit": {"max_pushes": 1, "window_ms": 1000},
              "goaway": {"after_streams": 7, "every_ms": 2000, "reason": "Shutdown", "error_code": 0},
              "drop_after_streams": 9, "unanswered_share": 0.25, "max_concurrent_streams": 10,
-             "hung_tokens": {"share": 0.02, "tokens": ["\("AB" * 32)"]},
+             "hung_tokens": {"share": 0.02, "tokens": ["\("AB" * 32)"]}, "hold": {"tokens": ["\("EF" * 32)"]},
              "max_concurrent_streams_schedule": [{"after_ms": 100, "value": 1}]}
             """
         let faults = try APNsSimulatorFaults(json: Array(text.utf8))
@@ -28,6 +28,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         #expect(faults.dropAfterStreams == 9 && faults.unansweredShare == 0.25 && faults.maxConcurrentStreams == 10)
         #expect(faults.maxConcurrentStreamsSchedule == [.init(after: .milliseconds(100), value: 1)])
         #expect(faults.hungTokens == .init(share: 0.02, tokens: ["ab" * 32]))
+        #expect(faults.hold == .init(tokens: ["ef" * 32]))
         let again = try APNsSimulatorFaults(jsonObject: faults.jsonObject)
         #expect(again == faults)
         #expect(try APNsSimulatorFaults(json: Array("{}".utf8)) == APNsSimulatorFaults())
@@ -43,6 +44,8 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         (#"{"latency": {"min_ms": 5, "max_ms": 1}}"#, "max_ms is below min_ms"),
         (#"{"hung_tokens": {"tokens": ["xyz"]}}"#, "faults.hung_tokens.tokens[0]: expected a device token"),
         (#"{"hung_tokens": {"share": 1.5}}"#, "faults.hung_tokens.share: expected a number in 0…1"),
+        (#"{"hold": {"tokens": ["xyz"]}}"#, "faults.hold.tokens[0]: expected a device token"),
+        (#"{"hold": {"token": []}}"#, "faults.hold.token: unknown key"),
         ("[1]", "expected a JSON object"),
     ])
     func faultsJSONErrorsNameTheKey(json: String, message: String) {

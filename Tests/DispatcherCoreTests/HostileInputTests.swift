@@ -132,14 +132,9 @@ final class DispatcherHarness: Sendable {
         return try records.map { try DeadLetter(protobufBytes: $0.value) }
     }
 
-    /// Waits until `condition` holds, checking every 50 ms.
+    /// Waits until `condition` holds, checking every 50 ms (`PushTestSupport.eventually`).
     func eventually(_ what: String, timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        throw TestFailure("not within \(timeout): \(what)")
+        try await PushTestSupport.eventually(what, timeout: timeout, interval: .milliseconds(50), condition)
     }
 
     func stalled(_ topic: String) -> Double? { registry.value("push_kafka_partition_stalled", labels: [topic, "0"]) }

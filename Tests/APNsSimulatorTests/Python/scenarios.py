@@ -418,6 +418,52 @@ def unanswered():
 
 
 @scenario
+def hold():
+    """The `hold` fault: answers for chosen tokens wait until released (one token, then all); the
+    other streams of the connection are answered meanwhile; a held answer keeps its status."""
+    jwt = make_jwt()
+    c = H2("sandbox")
+    c.push(token(), jwt=jwt)
+    first, second, free = token(), token(), token()
+    admin("/admin/faults", "PUT", {"hold": {"tokens": [first.upper(), second]}})
+    expect_eq(admin("/admin/faults")["hold"], {"tokens": sorted([first, second])}, "faults in force")
+    held_first = c.send_push(first, jwt=jwt)
+    held_second = c.send_push(second, jwt=jwt)
+    deadline = time.monotonic() + 5
+    while len(admin("/admin/held")["held"]) < 2:  # both checked before the registration below
+        check(time.monotonic() < deadline, "two answers held within 5 s")
+        time.sleep(0.02)
+    admin("/admin/tokens", "POST", {"token": second, "environment": "production"})
+    held_bad = c.send_push(second, jwt=jwt)
+    expect_eq(c.push(free, jwt=jwt).status, 200, "a token not held is answered at once")
+    for sid in (held_first, held_second, held_bad):
+        try:
+            c.wait(sid, timeout=0.3)
+            raise Failure(f"a held answer (stream {sid}) was sent before its release")
+        except Failure as error:
+            check("timed out" in str(error), str(error))
+    held = admin("/admin/held")["held"]
+    expect_eq([(h["token"], h["status"], h["environment"]) for h in held],
+              [(first, 200, "sandbox"), (second, 200, "sandbox"), (second, 400, "sandbox")], "held answers")
+    expect_eq(admin("/admin/held/release", "POST", {"token": first}), {"released": 1}, "release one token")
+    expect_eq(c.wait(held_first).status, 200, "the released answer")
+    try:
+        c.wait(held_second, timeout=0.3)
+        raise Failure("releasing one token released another")
+    except Failure as error:
+        check("timed out" in str(error), str(error))
+    admin("/admin/held/release", "POST", {"token": "xyz"}, status=400)
+    expect_eq(admin("/admin/held/release", "POST"), {"released": 2}, "release all")
+    expect_eq(c.wait(held_second).status, 200, "second token, first answer")
+    expect_reason(c.wait(held_bad), 400, "BadDeviceToken")
+    records = [r for r in admin("/admin/requests")["requests"] if r.get("fault") == "held"]
+    expect_eq(len(records), 3, "held records")
+    expect_eq(admin("/admin/counters")["counters"].get("held"), 3, "held counter")
+    expect_eq(admin("/admin/held")["held"], [], "nothing held after the release")
+    admin("/admin/faults", "PUT", {})
+
+
+@scenario
 def settings_schedule():
     jwt = make_jwt()
     admin("/admin/faults", "PUT", {"max_concurrent_streams": 500, "max_concurrent_streams_schedule": [
