@@ -1,3 +1,5 @@
+import APNs
+import APNsSimulator
 import Foundation
 import Kafka
 import PushMessages
@@ -8,17 +10,18 @@ import Testing
 @testable import DispatcherCore
 
 /// Cancels of immediate requests on running dispatchers (real PostgreSQL and librdkafka's broker;
-/// docs/campaigns.md "Cancellation"). Every token of these requests must end SKIPPED without a send:
-/// the harness's sender fails the test if a notification reaches it.
+/// docs/campaigns.md "Cancellation"). Where a request must be under way, it is sent to the APNs
+/// simulator over TLS; elsewhere every token must end SKIPPED without a send (the harness's sender
+/// fails the test if a notification reaches it).
 @Suite(.testDatabase, .serialized, .timeLimit(.minutes(4)))
 struct DurableCancelTests {
     init() { ProcessSignals.ignoreSIGPIPE() }
 
     static let bundleID = "com.example.app"
 
-    /// Three active tokens of `userID`, each starting with `prefix` (two hex digits).
-    static func register(_ userID: String, prefix: String, in store: TokenStore) async throws -> [String] {
-        let tokens = (1...3).map { prefix + String(format: "%06x", $0) + String(repeating: "cd", count: 28) }
+    /// `count` active tokens of `userID`, each starting with `prefix` (two hex digits).
+    static func register(_ userID: String, prefix: String, count: Int = 3, in store: TokenStore) async throws -> [String] {
+        let tokens = (1...count).map { prefix + String(format: "%06x", $0) + String(repeating: "cd", count: 28) }
         let now = SystemWallClock().nowMilliseconds()
         let events = tokens.map { DispatcherHarness.registration(token: $0, bundleID: bundleID, userID: userID, eventTimeMs: now) }
         _ = try await store.applyBatch(events)
@@ -111,5 +114,78 @@ struct DurableCancelTests {
         let (completed, reports) = try await Self.outcome(of: "early", on: harness)
         Self.expectCancelled(completed, reports, tokens: tokens)
         try await harness.stop()
+    }
+
+    /// A cancel handled by another replica, on another topic partition, while the request is being
+    /// sent here: no notification reaches APNs later than 1 s after Kafka acknowledged the cancel,
+    /// and the rest of the tokens are SKIPPED (60 tokens, 2 at a time, each answered in 100 ms:
+    /// about 3 s of sending, cancelled after the first 6).
+    @Test func aCancelHandledByAnotherReplicaStopsARequestUnderWayWithinOneSecond() async throws {
+        let apns = try await SimulatedAPNs.start(latency: .milliseconds(100))
+        defer { apns.simulator.close() }
+        let other = try await DispatcherHarness()
+        let harness = try await DispatcherHarness(sender: apns.client) { $0.maxInFlightNotifications = 2 }
+        let tokens = try await Self.register("u-inflight", prefix: "c3", count: 60, in: harness.store)
+        try await harness.produce(
+            harness.topics.sendRequests, key: "inflight", value: Self.request("inflight", to: "u-inflight").serializedBytes(),
+            contentType: SendRequest.protobufContentType)
+        try await harness.eventually("the request under way") { apns.simulator.receivedRequests().count >= 6 }
+        try await other.produce(other.topics.sendRequests, key: "inflight", value: Self.cancel("inflight").serializedBytes(), contentType: Self.cancelContentType)
+        let acknowledgedMs = SystemWallClock().nowMilliseconds()
+        let (completed, reports) = try await Self.outcome(of: "inflight", on: harness)
+        let received = apns.simulator.receivedRequests()
+        let lastMs = try #require(received.map(\.receivedAtMilliseconds).max())
+        #expect(lastMs - acknowledgedMs < 1_000, "last push \(lastMs - acknowledgedMs) ms after the cancel's acknowledgement")
+        #expect(completed.status == .cancelled && completed.total == UInt32(tokens.count))
+        #expect(completed.delivered == UInt32(received.count) && completed.skipped == UInt32(tokens.count - received.count))
+        #expect(completed.skipped > 0)
+        #expect(reports.filter { $0.outcome == .skipped }.allSatisfy { $0.outcomeReason == .cancelled })
+        try await harness.stop()
+        try await other.stop()
+        await apns.client.shutdown()
+    }
+}
+
+/// The APNs simulator on free loopback ports with credentials made by the openssl CLI in a temporary
+/// directory (a server certificate for 127.0.0.1, a `.p8` key it trusts), and a client for it.
+struct SimulatedAPNs {
+    static let keyID = "KEY0000001"
+    static let teamID = "TEAM000001"
+
+    let simulator: APNsSimulator
+    let client: APNsClient
+
+    /// - Parameter latency: how long the simulator waits before answering each push.
+    static func start(latency: Duration) async throws -> SimulatedAPNs {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("durable-cancel-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2"]
+        for command in [
+            ["openssl", "req", "-x509"] + ec + ["-subj", "/CN=apns-simulator", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                                               "-keyout", "server-key.pem", "-out", "server-cert.pem"],
+            ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "key.p8"],
+            ["openssl", "pkey", "-in", "key.p8", "-pubout", "-out", "key.pub.pem"],
+        ] {
+            let (status, output) = try await runProgram(command, directory: directory)
+            guard status == 0 else { throw TestFailure("\(command.joined(separator: " ")) failed: \(output)") }
+        }
+        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+        var configuration = APNsSimulator.Configuration(
+            certificateChainFile: path("server-cert.pem"), privateKeyFile: path("server-key.pem"),
+            trustedKeys: [.init(keyID: keyID, teamID: teamID, publicKeyPEM: try String(contentsOfFile: path("key.pub.pem"), encoding: .utf8))])
+        configuration.adminPort = nil
+        configuration.eventLoopCount = 1
+        configuration.faults.latency = .init(minimum: latency, maximum: latency)
+        let simulator = try APNsSimulator.start(configuration: configuration)
+        var client = APNsClient.Configuration()
+        client.production = .init(host: "127.0.0.1", port: simulator.productionPort)
+        client.sandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
+        client.caFile = path("server-cert.pem")
+        client.connectionsPerPool = 1
+        let tokens = APNsProviderTokenCache(
+            signingKey: try APNsSigningKey(p8: try String(contentsOfFile: path("key.p8"), encoding: .utf8)), keyID: keyID, teamID: teamID,
+            metrics: MetricsRegistry())
+        return SimulatedAPNs(
+            simulator: simulator, client: APNsClient(configuration: client, tokens: tokens, logger: Logger(label: "test.apns", logLevel: .error)))
     }
 }

@@ -37,7 +37,11 @@ final class DispatcherHarness: Sendable {
     /// does under the default limit of 100 MB.
     static let receiveLimit = 1_100_000
 
-    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false) async throws {
+    /// - Parameters:
+    ///   - sender: where notifications go; by default none may be sent.
+    ///   - configure: changes to the dispatcher's configuration, made last.
+    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false, sender: any NotificationSender = NoSender(),
+         configure: (inout DispatcherConfiguration) -> Void = { _ in }) async throws {
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 4))
         try await pool.start()
         store = TokenStore(pool: pool)
@@ -66,9 +70,10 @@ final class DispatcherHarness: Sendable {
             "receive.message.max.bytes": String(Self.receiveLimit), "fetch.max.bytes": "1000000",
             "max.partition.fetch.bytes": "1000000", "fetch.error.backoff.ms": "50",
         ]
+        configure(&configuration)
         monitor = DispatcherMonitor(registry: registry)
         let dispatcher = Dispatcher(
-            configuration: configuration, store: store, sender: NoSender(), producer: producer,
+            configuration: configuration, store: store, sender: sender, producer: producer,
             logger: Logger(label: "test.dispatcher", logLevel: .error), monitor: monitor, metrics: registry)
         self.dispatcher = dispatcher
         let shutdown = self.shutdown
