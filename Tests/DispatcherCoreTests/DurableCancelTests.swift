@@ -144,6 +144,56 @@ struct DurableCancelTests {
         try await other.stop()
         await apns.client.shutdown()
     }
+
+    /// A cancel produced to another partition than its request (a producer without the contract's
+    /// partitioner), that partition owned by the other of two replicas in one consumer group, while
+    /// the request is being sent: no notification reaches APNs later than 1 s after Kafka acknowledged
+    /// the cancel, and the request ends CANCELLED.
+    @Test func aCancelOnAnotherPartitionOfAnotherReplicaStopsARequestUnderWayWithinOneSecond() async throws {
+        let apns = try await SimulatedAPNs.start(latency: .milliseconds(100))
+        defer { apns.simulator.close() }
+        let first = try await DispatcherHarness(partitions: 2, sender: apns.client) { $0.maxInFlightNotifications = 2 }
+        let second = try await DispatcherHarness(replicaOf: first, sender: apns.client) { $0.maxInFlightNotifications = 2 }
+        let topic = first.topics.sendRequests
+        try await first.eventually("each replica owns one partition") {
+            let (a, b) = (first.assigned(topic, of: 2), second.assigned(topic, of: 2))
+            return a.count == 1 && b.count == 1 && a != b
+        }
+        let tokens = try await Self.register("u-partition", prefix: "d4", count: 60, in: first.store)
+        // The cancel's producer partitions by CRC32 (librdkafka's `consistent`), the request's by murmur2:
+        // a request id whose two partitions differ is found on a probe topic of as many partitions.
+        var configuration = KafkaProducerConfiguration(bootstrapServers: [first.cluster.bootstrapServers])
+        configuration.partitioner = "consistent"
+        let elsewhere = try KafkaProducer(configuration: configuration)
+        let probe = "probe-\(UUID().uuidString.prefix(8))"
+        try first.cluster.createTopic(probe, partitions: 2)
+        var requestID: String?
+        for candidate in (0..<64).map({ "partition-\($0)" }) {
+            let murmur2 = try await first.producer.send(topic: probe, key: candidate, value: []).partition
+            if try await elsewhere.send(topic: probe, key: candidate, value: []).partition != murmur2 {
+                requestID = candidate
+                break
+            }
+        }
+        let id = try #require(requestID)
+        let sent = try await first.producer.send(
+            topic: topic, key: id, value: Self.request(id, to: "u-partition").serializedBytes(),
+            headers: [KafkaHeader(name: "content-type", value: SendRequest.protobufContentType)])
+        try await first.eventually("the request under way") { apns.simulator.receivedRequests().count >= 6 }
+        let cancelled = try await elsewhere.send(
+            topic: topic, key: id, value: Self.cancel(id).serializedBytes(), headers: [KafkaHeader(name: "content-type", value: Self.cancelContentType)])
+        let acknowledgedMs = SystemWallClock().nowMilliseconds()
+        #expect(cancelled.partition != sent.partition)
+        let (completed, _) = try await Self.outcome(of: id, on: first)
+        let received = apns.simulator.receivedRequests()
+        let lastMs = try #require(received.map(\.receivedAtMilliseconds).max())
+        #expect(lastMs - acknowledgedMs < 1_000, "last push \(lastMs - acknowledgedMs) ms after the cancel's acknowledgement")
+        #expect(completed.status == .cancelled && completed.total == UInt32(tokens.count) && completed.skipped > 0)
+        await elsewhere.shutdown()
+        try await second.stop()
+        try await first.stop()
+        await apns.client.shutdown()
+    }
 }
 
 /// The APNs simulator on free loopback ports with credentials made by the openssl CLI in a temporary
