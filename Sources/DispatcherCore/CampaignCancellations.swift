@@ -3,27 +3,33 @@ import ProtobufCodec
 import PushMessages
 import Synchronization
 
-/// Cancels seen by this process, for the runner's check before each send (the durable flag is the
-/// campaign row's `cancel_requested_at_ms`, read on every renewal). Keeps the last `capacity` ids.
+/// Cancels known to this process, for the check before each send of an immediate request or a
+/// campaign page (docs/campaigns.md "Cancellation"): those this process received (inserted on receipt)
+/// and those any replica recorded in the `cancellations` table (inserted by `CancellationPoller`).
+/// Kept by time, not by count (`CancellationSet`): the poller drops entries older than the send-log
+/// retention. The campaign row's `cancel_requested_at_ms`, read on every renewal, is a second path
+/// for campaigns.
 public final class CampaignCancellations: Sendable {
-    private struct State {
-        var ids: Set<String> = []
-        var order: [String] = []
-    }
-    private let state = Mutex(State())
-    private let capacity: Int
+    private let state = Mutex(CancellationSet())
 
-    public init(capacity: Int = 10_000) { self.capacity = capacity }
+    /// An empty set.
+    public init() {}
 
-    public func insert(_ requestID: String) {
-        state.withLock { state in
-            guard state.ids.insert(requestID).inserted else { return }
-            state.order.append(requestID)
-            if state.order.count > capacity { state.ids.remove(state.order.removeFirst()) }
-        }
+    /// Holds `requestID`, recorded at `atMs` (ms since the epoch).
+    public func insert(_ requestID: String, atMs: Int64) {
+        state.withLock { _ = $0.insert(requestID, atMs: atMs) }
     }
 
-    public func contains(_ requestID: String) -> Bool { state.withLock { $0.ids.contains(requestID) } }
+    /// Whether a cancel for `requestID` is known.
+    public func contains(_ requestID: String) -> Bool { state.withLock { $0.contains(requestID) } }
+
+    /// The number of request ids held.
+    public var count: Int { state.withLock { $0.count } }
+
+    /// Drops the cancels recorded before `cutoffMs` (ms since the epoch).
+    /// - Returns: how many were dropped.
+    @discardableResult
+    public func expire(before cutoffMs: Int64) -> Int { state.withLock { $0.expire(before: cutoffMs) } }
 
     /// The `CancelRequest` a record carries, when its content type names one
     /// (docs/contracts.md "Scheduling and cancelling"); nil for any other record.

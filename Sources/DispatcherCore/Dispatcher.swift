@@ -125,6 +125,11 @@ public final class Dispatcher: Sendable {
     /// - Throws: `PostgresError` when migrations fail, `KafkaError` when the consumer cannot start.
     public func run(shutdown: GracefulShutdown) async throws {
         try await store.migrate()
+        // Cancels any replica recorded (docs/campaigns.md "Cancellation"), all read before the first record.
+        let cancelPoller = CancellationPoller(
+            store: CancellationStore(pool: store.pool), cancellations: cancellations, interval: configuration.cancelPollInterval,
+            lifetime: configuration.cancellationLifetime, clock: clock, logger: logger)
+        try await cancelPoller.poll()
         var consumerConfiguration = KafkaConsumerConfiguration(
             bootstrapServers: configuration.bootstrapServers, groupID: configuration.consumerGroup,
             topics: [configuration.topics.tokenEvents, configuration.topics.sendRequests])
@@ -164,6 +169,9 @@ public final class Dispatcher: Sendable {
             Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
         }
         defer { retention?.cancel() }
+        // Runs until the engine has stopped (a shutdown of its own that never triggers): records still draining see new cancels.
+        let cancelPolling = Task { try await cancelPoller.run(shutdown: GracefulShutdown()) }
+        defer { cancelPolling.cancel() }
         let parkedRetries = ParkedRetryDriver(
             processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
             interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
@@ -753,21 +761,26 @@ public final class Dispatcher: Sendable {
 
 extension Dispatcher {
     /// A cancel takes effect on receipt (the consumer's `onReceipt`, on its poll thread), before key
-    /// order: the in-process flag at once, the campaign row's flag as soon as PostgreSQL answers (the record's in-order handling writes it
-    /// again before its offset is stored).
+    /// order: the in-process set at once; the `cancellations` row (which every replica polls) and the
+    /// campaign row's flag as soon as PostgreSQL answers. The record's in-order handling writes both
+    /// again (idempotent) before its offset is stored, so a failed write here loses nothing.
     fileprivate func applyCancelOnReceipt(_ message: KafkaMessage) {
         guard let cancel = try? CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) else { return }
-        cancellations.insert(cancel.requestID)
-        Task { [campaignStore, clock] in
-            _ = try? await campaignStore.requestCancel(
-                requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        let nowMs = clock.nowMilliseconds()
+        cancellations.insert(cancel.requestID, atMs: nowMs)
+        Task { [campaignStore, cancellationStore = CancellationStore(pool: store.pool)] in
+            let atMs = cancel.requestedAtMs > 0 ? cancel.requestedAtMs : nowMs
+            try? await cancellationStore.record(requestID: cancel.requestID, reason: cancel.reason, requestedAtMs: atMs)
+            _ = try? await campaignStore.requestCancel(requestID: cancel.requestID, reason: cancel.reason, atMs: atMs)
         }
     }
 
     fileprivate func applyCancel(_ cancel: CancelRequest) async throws {
-        cancellations.insert(cancel.requestID)
-        let applied = try await campaignStore.requestCancel(
-            requestID: cancel.requestID, reason: cancel.reason, atMs: cancel.requestedAtMs > 0 ? cancel.requestedAtMs : clock.nowMilliseconds())
+        let nowMs = clock.nowMilliseconds()
+        cancellations.insert(cancel.requestID, atMs: nowMs)
+        let atMs = cancel.requestedAtMs > 0 ? cancel.requestedAtMs : nowMs
+        try await CancellationStore(pool: store.pool).record(requestID: cancel.requestID, reason: cancel.reason, requestedAtMs: atMs)
+        let applied = try await campaignStore.requestCancel(requestID: cancel.requestID, reason: cancel.reason, atMs: atMs)
         logger.info("cancel request", ["request_id": cancel.requestID, "reason": cancel.reason, "campaign": "\(applied)"])
     }
 }

@@ -81,6 +81,16 @@ public struct DispatcherConfiguration: Sendable {
     public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
     /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
     public var sendLogRetentionInterval: Duration = .seconds(600)
+    /// How often every replica reads new rows of the `cancellations` table (`PUSH_CANCEL_POLL_MS`):
+    /// a cancel received by another replica stops sends here within about this time. Default 200 ms.
+    public var cancelPollInterval: Duration = .milliseconds(200)
+    /// How long a cancel is kept in memory when `sendLogRetention` is nil (rows kept forever): 8 days,
+    /// the default retention.
+    public static let defaultCancellationLifetime: Duration = .seconds(8 * 24 * 3600)
+    /// How long a cancel is kept in memory (docs/campaigns.md "Cancellation"): the send-log
+    /// retention, since a request redelivered later is sent again anyway, or
+    /// `defaultCancellationLifetime` without one.
+    public var cancellationLifetime: Duration { sendLogRetention ?? Self.defaultCancellationLifetime }
     /// The cap on a partition's uncommitted span and where notifications waiting for an APNs retry
     /// wait (`PUSH_MAX_UNCOMMITTED_RECORDS`, default 10,000; `PUSH_MAX_UNCOMMITTED_AGE_MS`, default
     /// 60 s); see docs/dispatcher-engine.md "Retries off the hot path, and parking".

@@ -5,7 +5,7 @@
 ///   `cancelled`), checkpointed counts, `send_at_ms`, cancel flag and times.
 /// - Otherwise the request is immediate (sent while its Kafka record was held):
 ///   - a `request_completions` row → `completed` or `cancelled` (as its `RequestCompleted` said), with
-///     the counts of its `send_log` rows;
+///     the counts of its `send_log` rows; `cancel_requested` from the `cancellations` table;
 ///   - else outcomes in `send_log`, a `pending_requests` row or parked notifications → `running`;
 ///   - else nothing is known: nil ("not found"). An immediate request is never reported `accepted`
 ///     or `scheduled`: until the dispatcher handles its record, only Kafka holds it. Rows are deleted
@@ -37,6 +37,9 @@ public enum RequestStatusDecision {
         public var parked: Int64 = 0
         /// Its `send_log` rows by outcome.
         public var counts = CampaignCounts()
+        /// A `cancellations` row exists (a `CancelRequest` for it was recorded). Alone it does not make
+        /// the request known: a cancel may come before its request.
+        public var cancelRequested = false
 
         public init() {}
 
@@ -69,6 +72,7 @@ public enum RequestStatusDecision {
         var report = RequestStatusReport(requestID: requestID, state: state, isCampaign: false)
         report.counts = immediate.counts
         report.parked = state == .running ? immediate.parked : 0
+        report.cancelRequested = immediate.cancelRequested
         report.completedAtMs = immediate.completion == nil ? 0 : immediate.completedAtMs
         return report
     }

@@ -5,7 +5,8 @@ import Postgres
 /// `GET /v1/requests/<id>` and `pushctl status`, which has a single connection rather than a pool.
 public enum RequestStatusReader {
     /// The status of `requestID`, in at most two statements on `connection`: the campaign row; without
-    /// one, `request_completions`, `pending_requests`, `pending_retries` and the `send_log` counts.
+    /// one, `request_completions`, `pending_requests`, `pending_retries`, `cancellations` and the
+    /// `send_log` counts.
     /// - Returns: nil when no table knows the request.
     /// - Throws: `PostgresError`.
     public static func status(requestID: String, on connection: PostgresConnection) async throws -> RequestStatusReport? {
@@ -31,6 +32,7 @@ public enum RequestStatusReader {
                        AS completed_at_ms,
                    EXISTS (SELECT 1 FROM pending_requests WHERE request_id = $1) AS pending_request,
                    (SELECT count(*) FROM pending_retries WHERE request_id = $1) AS parked,
+                   EXISTS (SELECT 1 FROM cancellations WHERE request_id = $1) AS cancel_requested,
                    count(*) AS processed,
                    count(*) FILTER (WHERE outcome = 'DELIVERED') AS delivered,
                    count(*) FILTER (WHERE outcome = 'REJECTED') AS rejected,
@@ -44,6 +46,7 @@ public enum RequestStatusReader {
         facts.completedAtMs = try row.int64("completed_at_ms") ?? 0
         facts.pendingRequest = try row.bool("pending_request") ?? false
         facts.parked = try row.int64("parked") ?? 0
+        facts.cancelRequested = try row.bool("cancel_requested") ?? false
         facts.counts = try counts(row)
         return RequestStatusDecision.report(requestID: requestID, campaign: nil, immediate: facts)
     }

@@ -34,25 +34,27 @@ public struct SendLogRetention: Sendable {
         self.logger = logger
     }
 
-    /// Deletes every row of `send_log`, `request_completions` and `request_fingerprints` older than the retention, `batchSize`
-    /// rows per statement, until none is left. Each statement commits on its own, so an interrupted
-    /// pass keeps what it deleted.
-    /// - Returns: the number of rows deleted (both tables).
+    /// Deletes every row of `send_log`, `request_completions`, `request_fingerprints` and
+    /// `cancellations` older than the retention, `batchSize` rows per statement, until none is left.
+    /// Each statement commits on its own, so an interrupted pass keeps what it deleted.
+    /// - Returns: the number of rows deleted (all tables).
     /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
     @discardableResult
     public func deleteExpired() async throws -> Int {
         let milliseconds = retention.wholeMilliseconds
         var deleted = 0
         // request_completions and request_fingerprints go with the send_log rows of the same
-        // requests (same retention; a fingerprint's completed_at is when it was recorded).
-        for table in ["send_log", "request_completions", "request_fingerprints"] {
+        // requests (same retention; a fingerprint's completed_at is when it was recorded), and so do
+        // the cancels (the dispatchers keep them in memory as long: CancellationPoller).
+        for (table, column) in [("send_log", "completed_at"), ("request_completions", "completed_at"),
+                                ("request_fingerprints", "completed_at"), ("cancellations", "recorded_at")] {
             var fromTable = 0
             while true {
                 try Task.checkCancellation()
                 let count = try await pool.execute("""
                     DELETE FROM \(table) WHERE ctid IN (
                         SELECT ctid FROM \(table)
-                         WHERE completed_at < now() - $1::bigint * interval '1 millisecond'
+                         WHERE \(column) < now() - $1::bigint * interval '1 millisecond'
                          LIMIT $2)
                     """,
                     [.int64(milliseconds), .int(batchSize)], prepared: true)

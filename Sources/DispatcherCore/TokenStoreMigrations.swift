@@ -130,5 +130,7 @@ public enum TokenStoreMigrations {
             );
             CREATE INDEX request_fingerprints_completed_at ON request_fingerprints (completed_at);
             """),
+        // Cancels seen by any replica (docs/campaigns.md "Cancellation"): defined beside their store.
+        CancellationStore.migration,
     ]
 }

@@ -27,7 +27,7 @@ import Testing
         for (name, value) in [("PUSH_ADMIN_PORT", "9999"), ("PUSH_ADMIN_HOST", "127.0.0.1"), ("PUSH_ADMIN_CONNECTION_LIMIT", "8"),
                               ("PUSH_ADMIN_TEST_HOOKS", "true"), ("PUSH_HEALTH_MAX_LOOP_STALL_MS", "1000"),
                               ("PUSH_READY_MAX_POLL_AGE_MS", "1000"), ("PUSH_READY_MAX_DB_CHECK_AGE_MS", "1000"),
-                              ("LOG_LEVEL", "DEBUG"), ("LOG_FORMAT", "json")] {
+                              ("PUSH_CANCEL_POLL_MS", "50"), ("LOG_LEVEL", "DEBUG"), ("LOG_FORMAT", "json")] {
             environment[name] = value
         }
         let loaded = DispatcherProgram.main.loadSettings(environment: environment)
@@ -54,6 +54,16 @@ import Testing
         #expect(Self.unread(loaded).isEmpty, "\(Self.unread(loaded))")
         let read = Set(loaded.environment.entries.map(\.variable))
         #expect(read.isSuperset(of: ["PUSH_APNS_KEY_FILE", "PUSH_APNS_KEY_ID", "PUSH_APNS_TEAM_ID", "PUSH_PG_URL", "PUSH_ADMIN_HOST"]))
+    }
+
+    /// The cancel poll interval must be a positive number of milliseconds (docs/campaigns.md "Cancellation").
+    @Test func aCancelPollIntervalThatIsNotPositiveIsNamed() async throws {
+        for value in ["0", "soon", "-5"] {
+            let environment = try await Self.goodEnvironment().merging(["PUSH_CANCEL_POLL_MS": value]) { $1 }
+            let loaded = DispatcherProgram.main.loadSettings(environment: environment)
+            #expect(loaded.environment.errors.map(\.variable) == ["PUSH_CANCEL_POLL_MS"], "\(value)")
+            #expect(loaded.launch == nil)
+        }
     }
 
     @Test func aKeyFileThatIsNotAP8IsNamed() async throws {

@@ -26,6 +26,7 @@ final class DispatcherHarness: Sendable {
     let cluster: KafkaMockCluster
     let producer: KafkaProducer
     let topics: DispatcherConfiguration.Topics
+    let consumerGroup: String
     let registry = MetricsRegistry()
     let monitor: DispatcherMonitor
     let dispatcher: Dispatcher
@@ -37,25 +38,39 @@ final class DispatcherHarness: Sendable {
     /// does under the default limit of 100 MB.
     static let receiveLimit = 1_100_000
 
-    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false) async throws {
+    /// - Parameters:
+    ///   - partitions: of each topic.
+    ///   - replicaOf: another harness whose broker, topics and consumer group this one shares (a second
+    ///     replica); nil for a broker of its own.
+    ///   - sender: where notifications go; by default none may be sent.
+    ///   - configure: changes to the dispatcher's configuration, made last.
+    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false, partitions: Int = 1, replicaOf: DispatcherHarness? = nil,
+         sender: any NotificationSender = NoSender(), configure: (inout DispatcherConfiguration) -> Void = { _ in }) async throws {
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 4))
         try await pool.start()
         store = TokenStore(pool: pool)
         try await store.migrate()
-        cluster = try KafkaMockCluster(brokers: 1)
         var topics = DispatcherConfiguration.Topics()
         let suffix = UUID().uuidString.prefix(8)
-        topics.tokenEvents = "token-events-\(suffix)"
-        topics.sendRequests = "send-requests-\(suffix)"
-        topics.feedback = "feedback-\(suffix)"
-        topics.deadLetter = "dead-letter-\(suffix)"
-        for topic in topics.all { try cluster.createTopic(topic, partitions: 1) }
+        if let replicaOf {
+            cluster = replicaOf.cluster
+            topics = replicaOf.topics
+            consumerGroup = replicaOf.consumerGroup
+        } else {
+            cluster = try KafkaMockCluster(brokers: 1)
+            topics.tokenEvents = "token-events-\(suffix)"
+            topics.sendRequests = "send-requests-\(suffix)"
+            topics.feedback = "feedback-\(suffix)"
+            topics.deadLetter = "dead-letter-\(suffix)"
+            for topic in topics.all { try cluster.createTopic(topic, partitions: partitions) }
+            consumerGroup = "dispatcher-\(suffix)"
+        }
         self.topics = topics
         var producerConfiguration = KafkaProducerConfiguration(bootstrapServers: [cluster.bootstrapServers])
         producerConfiguration.maxMessageBytes = 10_000_000
         producer = try KafkaProducer(configuration: producerConfiguration)
         var configuration = DispatcherConfiguration(bootstrapServers: [cluster.bootstrapServers], instanceID: "test-\(suffix)")
-        configuration.consumerGroup = "dispatcher-\(suffix)"
+        configuration.consumerGroup = consumerGroup
         configuration.topics = topics
         configuration.sessionTimeout = .seconds(6)
         configuration.fetchMaxWait = .milliseconds(10)
@@ -66,9 +81,10 @@ final class DispatcherHarness: Sendable {
             "receive.message.max.bytes": String(Self.receiveLimit), "fetch.max.bytes": "1000000",
             "max.partition.fetch.bytes": "1000000", "fetch.error.backoff.ms": "50",
         ]
+        configure(&configuration)
         monitor = DispatcherMonitor(registry: registry)
         let dispatcher = Dispatcher(
-            configuration: configuration, store: store, sender: NoSender(), producer: producer,
+            configuration: configuration, store: store, sender: sender, producer: producer,
             logger: Logger(label: "test.dispatcher", logLevel: .error), monitor: monitor, metrics: registry)
         self.dispatcher = dispatcher
         let shutdown = self.shutdown
@@ -135,6 +151,11 @@ final class DispatcherHarness: Sendable {
     /// Waits until `condition` holds, checking every 50 ms (`PushTestSupport.eventually`).
     func eventually(_ what: String, timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
         try await PushTestSupport.eventually(what, timeout: timeout, interval: .milliseconds(50), condition)
+    }
+
+    /// The partitions of `topic` (of `partitions`) assigned to this replica's consumer right now.
+    func assigned(_ topic: String, of partitions: Int) -> Set<Int> {
+        Set((0..<partitions).filter { registry.value("push_kafka_partition_stalled", labels: [topic, "\($0)"]) != nil })
     }
 
     func stalled(_ topic: String) -> Double? { registry.value("push_kafka_partition_stalled", labels: [topic, "0"]) }

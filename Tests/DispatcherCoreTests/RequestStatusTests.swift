@@ -125,8 +125,16 @@ struct RequestStatusReaderTests {
         report.requestID = "status-cancelled"
         report.outcome = .skipped
         _ = try await tokens.recordOutcome(report, event: [1])
+        #expect(try await status("status-cancelled")?.cancelRequested == false)
+        try await CancellationStore(pool: pool).record(requestID: "status-cancelled", reason: "test", requestedAtMs: 1)
+        #expect(try await status("status-cancelled")?.cancelRequested == true)
         try await tokens.recordCompletion(requestID: "status-cancelled", eventID: "e", status: .cancelled)
-        #expect(try await status("status-cancelled")?.state == .cancelled)
+        let cancelled = try #require(try await status("status-cancelled"))
+        #expect(cancelled.state == .cancelled && cancelled.cancelRequested)
+        #expect(try await status("status-immediate")?.cancelRequested == false)
+        // A cancel alone (its request not seen yet) does not make a request known.
+        try await CancellationStore(pool: pool).record(requestID: "status-cancel-only", reason: "test", requestedAtMs: 1)
+        #expect(try await status("status-cancel-only") == nil)
 
         // A request whose only trace is its parked notifications' row.
         _ = try await pool.execute("INSERT INTO pending_requests (request_id, requested_at_ms) VALUES ('status-parked', 1)")
