@@ -91,7 +91,7 @@ if hasTests {
         .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "DispatcherCoreTests",
-            dependencies: ["DispatcherCore", "APNs", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
+            dependencies: ["DispatcherCore", "APNs", "APNsSimulator", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
             dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),

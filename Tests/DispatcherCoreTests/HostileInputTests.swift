@@ -10,8 +10,8 @@ import Testing
 @testable import DispatcherCore
 
 /// A running `Dispatcher` on a real PostgreSQL and librdkafka's Kafka-protocol broker, for what hostile
-/// producers can put on the bus (README "Security"). Nothing here reaches APNs: the sender fails the
-/// test if it is called.
+/// producers can put on the bus (README "Security"). Nothing reaches APNs unless a sender is given:
+/// the default one fails the test if it is called.
 final class DispatcherHarness: Sendable {
     struct NoSender: NotificationSender {
         func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsResponse {
@@ -37,7 +37,9 @@ final class DispatcherHarness: Sendable {
     /// does under the default limit of 100 MB.
     static let receiveLimit = 1_100_000
 
-    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false) async throws {
+    /// - Parameter configure: changes to the dispatcher's configuration (after the harness's own).
+    init(intake: IntakeSettings = IntakeSettings(), campaignRunner: Bool = false, sender: any NotificationSender = NoSender(),
+         configure: (inout DispatcherConfiguration) -> Void = { _ in }) async throws {
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 4))
         try await pool.start()
         store = TokenStore(pool: pool)
@@ -66,9 +68,10 @@ final class DispatcherHarness: Sendable {
             "receive.message.max.bytes": String(Self.receiveLimit), "fetch.max.bytes": "1000000",
             "max.partition.fetch.bytes": "1000000", "fetch.error.backoff.ms": "50",
         ]
+        configure(&configuration)
         monitor = DispatcherMonitor(registry: registry)
         let dispatcher = Dispatcher(
-            configuration: configuration, store: store, sender: NoSender(), producer: producer,
+            configuration: configuration, store: store, sender: sender, producer: producer,
             logger: Logger(label: "test.dispatcher", logLevel: .error), monitor: monitor, metrics: registry)
         self.dispatcher = dispatcher
         let shutdown = self.shutdown
