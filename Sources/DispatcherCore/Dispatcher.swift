@@ -38,6 +38,15 @@ public final class Dispatcher: Sendable {
     /// Records each send request's fingerprint, batched with the other requests running at once;
     /// answers the fingerprint recorded earlier for its request id, if any.
     private let fingerprints: BatchLoader<FingerprintInput, [UInt8]?>
+    /// Send requests running in this process: a record handled again while its earlier handling still
+    /// runs joins it (docs/dispatcher-engine.md "Records handled again"). A joined handling's
+    /// continuation is resumed with its turn, or nil when it was cancelled.
+    private let runningRequests = Mutex(RunningRequestsState())
+    private struct RunningRequestsState {
+        var requests = RunningRequests()
+        var waiters: [Int: CheckedContinuation<RunningRequests.Turn?, Never>] = [:]
+        var nextTicket = 0
+    }
 
     private struct FingerprintInput: Sendable {
         var requestID: String
@@ -523,7 +532,9 @@ public final class Dispatcher: Sendable {
 
     /// Lets a revocation proceed once the revoked partitions' running records finished, at most
     /// `revokeDrain` later; queued records are dropped, records on a retry timer are abandoned at once,
-    /// and records still running after the drain are cancelled (all of them stay unfinished).
+    /// and records still running after the drain are cancelled (all of them stay unfinished). A lost
+    /// assignment is not waited for and cancels no running record: those start no new notification,
+    /// finish what is in flight and are never stored; a re-read record of the same request joins them.
     private func watchRebalances(_ consumer: KafkaConsumer) async {
         for await event in consumer.events {
             switch event {
@@ -533,7 +544,9 @@ public final class Dispatcher: Sendable {
                 let revoked = Set(revocation.partitions)
                 let retrying = engine.withLock { state -> [Task<Void, Never>] in
                     for partition in revoked { state.slots[partition]?.scheduler.stop() }
-                    return state.workers.values.filter { revoked.contains($0.partition) && ($0.retrying || revocation.isLost) }.compactMap(\.task)
+                    // A lost assignment is handled like a revocation, without the wait: running
+                    // records start no new notification, those in flight finish, nothing is stored.
+                    return state.workers.values.filter { revoked.contains($0.partition) && $0.retrying }.compactMap(\.task)
                 }
                 retrying.forEach { $0.cancel() }
                 retryTimers.parkAll { revoked.contains($0) }
@@ -743,9 +756,15 @@ public final class Dispatcher: Sendable {
                 return
             }
             let requestID = request.requestID
+            // An earlier handling of this request still running here (its partition was lost or
+            // revoked and assigned back) is joined, never run beside.
+            guard try await claimRequest(requestID, message) else { return }
+            var finished = false
+            defer { releaseRequest(requestID, finished: finished) }
             try await processor.process(
                 request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop,
                 cancelled: { [cancellations] in cancellations.contains(requestID) })
+            finished = true
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [
@@ -754,6 +773,67 @@ public final class Dispatcher: Sendable {
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
+    }
+}
+
+// MARK: - One handling of a request at a time (docs/dispatcher-engine.md "Records handled again")
+
+extension Dispatcher {
+    /// Claims `requestID` for this handling of `message`; when another handling in this process runs
+    /// it, waits for that one to end (starting nothing meanwhile).
+    /// - Returns: true when this handling runs the request (and must call `releaseRequest`); false
+    ///   when the handling it joined finished the request: the record is then finished without
+    ///   publishing anything.
+    /// - Throws: `CancellationError` when cancelled while waiting.
+    fileprivate func claimRequest(_ requestID: String, _ message: KafkaMessage) async throws -> Bool {
+        let ticket = runningRequests.withLock { state in
+            state.nextTicket += 1
+            return state.nextTicket
+        }
+        let turn = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<RunningRequests.Turn?, Never>) in
+                let claim = runningRequests.withLock { state -> RunningRequests.Claim? in
+                    if Task.isCancelled { return nil }
+                    let claim = state.requests.claim(requestID, ticket: ticket)
+                    if claim == .join { state.waiters[ticket] = continuation }
+                    return claim
+                }
+                switch claim {
+                case nil: continuation.resume(returning: nil)
+                case .run?: continuation.resume(returning: .run)
+                case .join?:
+                    logger.info("request already running in this process: waiting for that handling", [
+                        "request_id": requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+                    ])
+                }
+            }
+        } onCancel: {
+            runningRequests.withLock { state in
+                state.requests.leave(requestID, ticket: ticket) ? state.waiters.removeValue(forKey: ticket) : nil
+            }?.resume(returning: nil)
+        }
+        switch turn {
+        case nil:
+            throw CancellationError()
+        case .run?:
+            return true
+        case .finishedByOther?:
+            logger.info("request finished by the handling it waited for: nothing published again", [
+                "request_id": requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+            ])
+            return false
+        }
+    }
+
+    /// The handling that ran `requestID` ended (`finished`: the request is finished); resumes the
+    /// handlings waiting for it.
+    fileprivate func releaseRequest(_ requestID: String, finished: Bool) {
+        let resumed = runningRequests.withLock { state in
+            state.requests.release(requestID, finished: finished).compactMap { ticket, turn in
+                state.waiters.removeValue(forKey: ticket).map { ($0, turn) }
+            }
+        }
+        for (waiter, turn) in resumed { waiter.resume(returning: turn) }
     }
 }
 

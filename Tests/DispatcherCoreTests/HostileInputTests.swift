@@ -10,8 +10,8 @@ import Testing
 @testable import DispatcherCore
 
 /// A running `Dispatcher` on a real PostgreSQL and librdkafka's Kafka-protocol broker, for what hostile
-/// producers can put on the bus (README "Security"). Nothing here reaches APNs: the sender fails the
-/// test if it is called.
+/// producers can put on the bus (README "Security"). Nothing reaches APNs unless a sender is given:
+/// the default one fails the test if it is called.
 final class DispatcherHarness: Sendable {
     struct NoSender: NotificationSender {
         func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsResponse {
