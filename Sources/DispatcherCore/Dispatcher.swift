@@ -37,7 +37,7 @@ public final class Dispatcher: Sendable {
     private let tokenHygiene: TokenHygieneRunner?
     /// Records each send request's fingerprint, batched with the other requests running at once;
     /// answers the fingerprint recorded earlier for its request id, if any.
-    private let fingerprints: BatchLoader<FingerprintInput, [UInt8]?>
+    private let fingerprints: Batcher<FingerprintInput, [UInt8]?>
     /// Send requests running in this process: a record handled again while its earlier handling still
     /// runs joins it (docs/dispatcher-engine.md "Records handled again"). A joined handling's
     /// continuation is resumed with its turn, or nil when it was cancelled.
@@ -113,7 +113,7 @@ public final class Dispatcher: Sendable {
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
             otherEnvironmentRetry: configuration.otherEnvironmentRetry)
-        self.fingerprints = BatchLoader { [store] inputs in
+        self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
         self.campaignStore = CampaignStore(pool: store.pool)
@@ -172,6 +172,15 @@ public final class Dispatcher: Sendable {
             "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
         ])
 
+        // The batched statements' flush loops: stopped (gracefully: every row given is written) only
+        // after everything that records outcomes or looks rows up stopped.
+        let batchersShutdown = GracefulShutdown()
+        let batchers: [any Service] = processor.batchers + [fingerprints]
+        let batching = Task {
+            await withDiscardingTaskGroup { group in
+                for batcher in batchers { group.addTask { try? await batcher.run(shutdown: batchersShutdown) } }
+            }
+        }
         let intake = Task { await self.intake(consumer) }
         let rebalances = Task { await self.watchRebalances(consumer) }
         let retention = configuration.sendLogRetention.map { retention in
@@ -223,6 +232,8 @@ public final class Dispatcher: Sendable {
                 logger.warning("producer flush on shutdown", ["error": "\(error)"])
             }
         }
+        batchersShutdown.trigger()
+        await withTaskCancellationHandler { await batching.value } onCancel: { batching.cancel() }
         await consumer.close()
         monitor.detachConsumer()
         rebalances.cancel()
@@ -403,9 +414,9 @@ public final class Dispatcher: Sendable {
             policy: configuration.retryParking, timers: retryTimers,
             recordWaits: { [engine = self] in engine.recordWaits(record, partition: partition, generation: generation, consumer: consumer) },
             recordResumes: { [engine = self] in engine.recordResumes(record, partition: partition, generation: generation) })
-        var delay = configuration.initialRetryDelay
-        let startedAt = ContinuousClock.now
-        var lastStuckLog: ContinuousClock.Instant?
+        var retry = InfrastructureRetry(.init(
+            initialDelay: configuration.initialRetryDelay, maximumDelay: configuration.maximumRetryDelay,
+            stuckThreshold: configuration.stuckRecordThreshold, stuckLogInterval: configuration.stuckRecordLogInterval))
         while true {
             if Task.isCancelled { return false }
             do {
@@ -414,27 +425,26 @@ public final class Dispatcher: Sendable {
             } catch {
                 if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
                 if engine.withLock({ $0.stopping }) { return false }
+                let decision = retry.failed(at: .now)
                 let first = records[0]
-                let elapsed = ContinuousClock.now - startedAt
                 var fields = [
                     "partition": "\(first.topicPartition)", "offset": "\(first.offset)",
                     "key": first.key.map { String(decoding: $0, as: UTF8.self) } ?? "", "error": "\(error)",
                 ]
-                if elapsed >= configuration.stuckRecordThreshold,
-                   lastStuckLog.map({ ContinuousClock.now - $0 >= configuration.stuckRecordLogInterval }) ?? true
-                {
-                    lastStuckLog = .now
-                    fields["retrying_for_s"] = "\(elapsed.components.seconds)"
-                    logger.error("record stuck: still retrying", fields)
-                } else {
-                    fields["delay_ms"] = "\(delay.wholeMilliseconds)"
+                switch decision.log {
+                case .retrying:
+                    fields["delay_ms"] = "\(decision.delay.wholeMilliseconds)"
                     logger.warning("retrying a record after a failure", fields)
+                case .stuck(let retryingFor):
+                    fields["retrying_for_s"] = "\(retryingFor.components.seconds)"
+                    logger.error("record stuck: still retrying", fields)
+                case .quiet:
+                    break
                 }
                 engine.withLock { $0.workers[worker]?.retrying = true }
-                let slept: Void? = try? await Task.sleep(for: delay)
+                let slept: Void? = try? await Task.sleep(for: decision.delay)
                 engine.withLock { $0.workers[worker]?.retrying = false }
                 if slept == nil { return false }
-                delay = min(delay * 2, configuration.maximumRetryDelay)
             }
         }
     }
@@ -738,7 +748,7 @@ public final class Dispatcher: Sendable {
             // Idempotency: the same request id must ask for the same thing (docs/contracts.md
             // "Request ids"); another notification under a used id is not a repeat.
             let fingerprint = RequestFingerprint.of(request)
-            if let earlier = try await fingerprints.load(FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)),
+            if let earlier = try await fingerprints.submit(FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)),
                earlier != fingerprint
             {
                 logger.warning("send request refused: its request id was used for another notification", [

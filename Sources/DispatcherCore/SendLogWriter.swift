@@ -6,13 +6,12 @@ import Synchronization
 /// Records final outcomes in `send_log` in batches: one `INSERT … SELECT * FROM unnest(…)` per
 /// batch instead of one statement per notification.
 ///
-/// A row waits at most `flushInterval` (default 5 ms) or until `maxBatch` rows (default 500) wait,
-/// whichever comes first; then its batch is written with one statement, and every caller of the
-/// batch gets its answer. Batches may be written concurrently, each on its own pooled connection.
-/// No timer task runs while nothing waits: the first row of a batch starts a task that sleeps the
-/// interval (`Task.sleep`, never blocking a thread) and then writes the batch, unless the batch
-/// filled up first (the row that filled it cancels that task and writes it). The statements run on
-/// the pool's own threads.
+/// The batching is a `Batcher`'s: a row waits at most `flushInterval` (default 5 ms) for its batch to
+/// fill while a write slot is free, never past `maxBatch` rows (default 500); while all
+/// `maxConcurrentWrites` slots are busy, rows gather for the next batch. Every caller of a batch gets
+/// its answer when the statement returned. The writer is a `Service`: its `run(shutdown:)` is the
+/// flush loop, and the dispatcher stops it after everything that records outcomes stopped, so that a
+/// graceful shutdown writes every outcome it was given.
 ///
 /// **Crash window.** A row is durable only when `record` returned. A crash loses the outcomes of the
 /// batches not yet written, at most `flushInterval` plus one write's worth of rows (up to `maxBatch`
@@ -22,7 +21,7 @@ import Synchronization
 ///
 /// Cancelling a caller does not withdraw its row: once queued, it is written with its batch and
 /// `record` returns when that happened.
-public final class SendLogWriter: Sendable {
+public final class SendLogWriter: Service, Sendable {
     /// The longest a row waits before its batch is written.
     public let flushInterval: Duration
     /// The most rows written by one statement.
@@ -30,30 +29,40 @@ public final class SendLogWriter: Sendable {
 
     private let pool: PostgresPool
     private let logger: Logger
-    private let state: Mutex<State>
+    private let batcher: Batcher<SendLogRow, [UInt8]?>
 
-    private struct State {
-        var queue: SendLogQueue
-        /// Callers that suspended; a result for one that has not suspended yet waits in `early`.
-        var waiters: [Int: CheckedContinuation<[UInt8], any Error>] = [:]
-        var early: [Int: Result<[UInt8], any Error>] = [:]
-        /// The task that writes the filling batch when its interval is up.
-        var timer: Task<Void, Never>?
-    }
-
-    /// Creates a writer; nothing runs before the first `record`.
+    /// Creates a writer; rows are written once `run(shutdown:)` runs.
     /// - Parameters:
     ///   - pool: the dispatcher's database (schema of `TokenStoreMigrations`).
     ///   - flushInterval: the longest a row waits for its batch (default 5 ms).
     ///   - maxBatch: the most rows per statement (default 500, at least 1).
+    ///   - maxConcurrentWrites: statements running at once, each on its own pooled connection (default 4).
     ///   - logger: reports failed writes.
-    public init(pool: PostgresPool, flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500,
+    public init(pool: PostgresPool, flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500, maxConcurrentWrites: Int = 4,
                 logger: Logger = Logger(label: "dispatcher.send-log")) {
         self.pool = pool
         self.flushInterval = flushInterval
-        self.maxBatch = maxBatch
+        self.maxBatch = max(1, maxBatch)
         self.logger = logger
-        self.state = Mutex(State(queue: SendLogQueue(maxBatch: maxBatch)))
+        let write = Self.write
+        self.batcher = Batcher(
+            name: "send_log", settings: .init(maxBatch: maxBatch, maxConcurrentBatches: maxConcurrentWrites, maxWait: flushInterval)
+        ) { [logger] rows in
+            do {
+                let bytes = try await write(pool, rows)
+                DispatcherMetrics.shared.sendLogWrites.increment(by: Double(rows.count))
+                return rows.map { bytes[$0.key] }
+            } catch {
+                logger.warning("writing a send_log batch failed", ["rows": String(rows.count), "error": "\(error)"])
+                throw error
+            }
+        }
+    }
+
+    /// The flush loop (see `Batcher.run(shutdown:)`): after a graceful shutdown, rows already given
+    /// are written before it returns.
+    public func run(shutdown: GracefulShutdown) async throws {
+        try await batcher.run(shutdown: shutdown)
     }
 
     /// Records the final outcome of one notification, once per (request id, device token).
@@ -67,72 +76,23 @@ public final class SendLogWriter: Sendable {
     ///   batch both get the first call's bytes.
     /// - Throws: `PostgresError` when the batch could not be written (every caller of that batch gets
     ///   the error and should retry: nothing of it was recorded), or at once with SQLSTATE 22021
-    ///   when a text field holds U+0000, which PostgreSQL cannot store.
+    ///   when a text field holds U+0000, which PostgreSQL cannot store; `Batcher.Stopped` after the
+    ///   writer stopped.
     public func record(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
         let row = SendLogRow(report, event: event)
         if row.texts.contains(where: { $0.unicodeScalars.contains("\0") }) {
             throw PostgresError(code: .init(sqlState: "22021"), message: "a send_log text field contains U+0000")
         }
-        let (id, action, staleTimer) = state.withLock { state in
-            let (id, action) = state.queue.enqueue(row)
-            switch action {
-            case .flush: return (id, action, state.timer.take())
-            case .startTimer(let batch):
-                // Started and registered under the lock that started the batch: a timer that fires at
-                // once waits for this lock, so it is never found later, mid-write, and cancelled as stale.
-                state.timer = startTimer(for: batch)
-                return (id, action, nil)
-            case .wait: return (id, action, nil)
-            }
+        guard let bytes = try await batcher.submit(row) else {
+            throw PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")
         }
-        switch action {
-        case .startTimer, .wait:
-            break
-        case .flush(let entries):
-            staleTimer?.cancel()
-            // A task of its own, so that cancelling this caller does not cancel the statements the
-            // whole batch waits on.
-            Task { [self] in await writeAndDeliver(entries) }
-        }
-        return try await result(id)
-    }
-
-    /// The task that writes batch `batch` after `flushInterval`, unless the batch fills up first
-    /// (then the filling caller cancels its sleep and writes the batch). Called with the state locked;
-    /// the task takes the lock itself only after its sleep. Once it took the batch's rows it is no
-    /// longer in `state.timer`, so nothing cancels its write.
-    private func startTimer(for batch: Int) -> Task<Void, Never> {
-        Task { [self, flushInterval] in
-            try? await Task.sleep(for: flushInterval)
-            let entries = state.withLock { state in
-                let entries = state.queue.timerFired(batch: batch)
-                if entries != nil { state.timer = nil }
-                return entries
-            }
-            if let entries { await writeAndDeliver(entries) }
-        }
-    }
-
-    private func writeAndDeliver(_ entries: [SendLogQueue.Entry]) async {
-        let results: [Int: Result<[UInt8], any Error>]
-        do {
-            let bytes = try await write(entries.map(\.row))
-            DispatcherMetrics.shared.sendLogWrites.increment(by: Double(entries.count))
-            results = Dictionary(uniqueKeysWithValues: entries.map { entry in
-                (entry.id, bytes[entry.row.key].map { .success($0) }
-                    ?? .failure(PostgresError(code: .unsupportedResult, message: "send_log row missing after the write")))
-            })
-        } catch {
-            logger.warning("writing a send_log batch failed", ["rows": String(entries.count), "error": "\(error)"])
-            results = Dictionary(uniqueKeysWithValues: entries.map { ($0.id, .failure(error)) })
-        }
-        deliver(results)
+        return bytes
     }
 
     /// Inserts the rows (the first of each key), then reads the stored bytes of the keys that
     /// existed already.
     /// - Returns: the bytes to publish, by key.
-    func write(_ rows: [SendLogRow]) async throws -> [SendLogRow.Key: [UInt8]] {
+    static func write(_ pool: PostgresPool, _ rows: [SendLogRow]) async throws -> [SendLogRow.Key: [UInt8]] {
         var unique: [SendLogRow] = []
         var seen = Set<SendLogRow.Key>()
         for row in rows where seen.insert(row.key).inserted { unique.append(row) }
@@ -187,29 +147,5 @@ public final class SendLogWriter: Sendable {
             }
             return result
         }
-    }
-
-    private func result(_ id: Int) async throws -> [UInt8] {
-        try await withCheckedThrowingContinuation { continuation in
-            let early = state.withLock { state -> Result<[UInt8], any Error>? in
-                if let result = state.early.removeValue(forKey: id) { return result }
-                state.waiters[id] = continuation
-                return nil
-            }
-            if let early { continuation.resume(with: early) }
-        }
-    }
-
-    private func deliver(_ results: [Int: Result<[UInt8], any Error>]) {
-        let resumes = state.withLock { state in
-            results.compactMap { id, result -> (() -> Void)? in
-                if let continuation = state.waiters.removeValue(forKey: id) {
-                    return { continuation.resume(with: result) }
-                }
-                state.early[id] = result
-                return nil
-            }
-        }
-        for resume in resumes { resume() }
     }
 }

@@ -36,17 +36,21 @@ public final class SendRequestProcessor: Sendable {
     private let maxInFlight: Int
     /// Parked notifications and the requests waiting for them.
     let parking: PendingRetryStore
-    /// Batched look-ups (see `BatchLoader`): what earlier deliveries left by request id (recorded
-    /// outcomes and parked tokens), whether a request already completed, active tokens by user,
-    /// rows by token.
-    private let progressLoader: BatchLoader<String, PendingRetryStore.RequestProgress>
-    private let completedLoader: BatchLoader<String, Bool>
+    /// Batched look-ups (see `Batcher`; natural batching, no wait): what earlier deliveries left by
+    /// request id (recorded outcomes and parked tokens), whether a request already completed, active
+    /// tokens by user, rows by token.
+    private let progressLoader: Batcher<String, PendingRetryStore.RequestProgress>
+    private let completedLoader: Batcher<String, Bool>
     /// Writes `request_completions` rows of requests finishing together in one statement.
-    private let completionRecorder: BatchLoader<CompletionRow, Void>
+    private let completionRecorder: Batcher<CompletionRow, Void>
     /// Reports acknowledged in this process for requests not finished yet.
     let acknowledged: AcknowledgedReports
-    private let userTokensLoader: BatchLoader<[String], [String: [StoredToken]]>
-    private let tokensLoader: BatchLoader<[String], [String: StoredToken]>
+    private let userTokensLoader: Batcher<[String], [String: [StoredToken]]>
+    private let tokensLoader: Batcher<[String], [String: StoredToken]>
+
+    /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
+    /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
+    public var batchers: [any Service] { [sendLog, progressLoader, completedLoader, completionRecorder, userTokensLoader, tokensLoader] }
 
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
     ///   handles at once (waiters are served in arrival order, so requests share it fairly). Default 1,000.
@@ -63,24 +67,24 @@ public final class SendRequestProcessor: Sendable {
         self.sendLog = store.makeSendLogWriter()
         let parking = store.makePendingRetryStore()
         self.parking = parking
-        self.progressLoader = BatchLoader { requestIDs in
+        self.progressLoader = Batcher(name: "request progress") { requestIDs in
             let found = try await parking.progress(requestIDs: requestIDs)
             return requestIDs.map { found[$0] ?? PendingRetryStore.RequestProgress() }
         }
-        self.completedLoader = BatchLoader { [store] requestIDs in
+        self.completedLoader = Batcher(name: "request completions look-up") { [store] requestIDs in
             let found = try await store.completedRequests(requestIDs)
             return requestIDs.map { found.contains($0) }
         }
-        self.completionRecorder = BatchLoader { [store] rows in
+        self.completionRecorder = Batcher(name: "request_completions") { [store] rows in
             try await store.recordCompletions(rows.map { ($0.requestID, $0.eventID, $0.status) })
             return rows.map { _ in () }
         }
         self.acknowledged = AcknowledgedReports()
-        self.userTokensLoader = BatchLoader { [store] lists in
+        self.userTokensLoader = Batcher(name: "tokens by user") { [store] lists in
             let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
             return lists.map { users in Dictionary(uniqueKeysWithValues: users.map { ($0, found[$0] ?? []) }) }
         }
-        self.tokensLoader = BatchLoader { [store] lists in
+        self.tokensLoader = Batcher(name: "tokens by device token") { [store] lists in
             let found = try await store.tokens(Array(Set(lists.joined())))
             return lists.map { tokens in
                 var rows: [String: StoredToken] = [:]
@@ -129,8 +133,8 @@ public final class SendRequestProcessor: Sendable {
         let template = try NotificationTemplate(notification, requestID: request.requestID)
         let requestedAt = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         // The look-ups are batched with those of other requests running at the same time.
-        async let completedLookup = completedLoader.load(request.requestID)
-        async let progressLookup = progressLoader.load(request.requestID)
+        async let completedLookup = completedLoader.submit(request.requestID)
+        async let progressLookup = progressLoader.submit(request.requestID)
         let targets = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
         if try await completedLookup {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
@@ -252,7 +256,7 @@ public final class SendRequestProcessor: Sendable {
                 try await feedback.publish(completed, key: requestID)
                 acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
                 do {
-                    try await completionRecorder.load(CompletionRow(requestID: requestID, eventID: completed.eventID, status: finalState))
+                    try await completionRecorder.submit(CompletionRow(requestID: requestID, eventID: completed.eventID, status: finalState))
                     acknowledged.remove(requestID: requestID)
                 } catch {
                     // Finished all the same; only a redelivery to another process would publish again.
@@ -273,7 +277,7 @@ public final class SendRequestProcessor: Sendable {
         case .userIDs(let users):
             var seen = Set<String>()
             let ids = users.userIDs.filter { !$0.isEmpty && seen.insert($0).inserted }
-            let byUser = try await userTokensLoader.load(ids)
+            let byUser = try await userTokensLoader.submit(ids)
             var tokens: [StoredToken] = []
             for user in ids {
                 for token in byUser[user] ?? [] where token.bundleID == template.bundleID && token.tokenKind == kind {
@@ -296,7 +300,7 @@ public final class SendRequestProcessor: Sendable {
                 }
                 if seen.insert(token).inserted { valid.append(token) }
             }
-            let stored = try await tokensLoader.load(valid)
+            let stored = try await tokensLoader.submit(valid)
             for token in valid {
                 guard let row = stored[token] else {
                     // Never registered: the request's environment, or the configured default, decides.

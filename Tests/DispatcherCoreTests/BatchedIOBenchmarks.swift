@@ -82,7 +82,6 @@ struct BatchedIOBenchmarks {
         try await pool.start()
         let store = TokenStore(pool: pool)
         try await store.migrate()
-        let writer = SendLogWriter(pool: pool)
         let rows = 20_000
         let event = [UInt8](repeating: 0x5a, count: 200)
         func run(_ label: String, concurrency: Int, _ body: @escaping @Sendable (DeliveryReport) async throws -> Void) async throws -> Double {
@@ -101,7 +100,10 @@ struct BatchedIOBenchmarks {
             return Double(rows) / (clock.now - start).seconds
         }
         for concurrency in [200, 2_000] {
-            let batched = try await run("batched-\(concurrency)", concurrency: concurrency) { _ = try await writer.record($0, event: event) }
+            let writer = store.makeSendLogWriter()
+            let batched = try await whileRunning(writer) {
+                try await run("batched-\(concurrency)", concurrency: concurrency) { _ = try await writer.record($0, event: event) }
+            }
             let single = try await run("single-\(concurrency)", concurrency: concurrency) { try await store.recordOutcome($0, event: event) }
             print(String(format: "send_log: %d rows of 200 bytes from %d concurrent tasks, pool of 8: batched %.0f rows/s; one by one %.0f rows/s; speed-up %.1fx",
                          rows, concurrency, batched, single, batched / single))

@@ -42,13 +42,15 @@ struct SendLogWriterTests {
         let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 3)
         let request = "full-\(UUID())"
         let allBytes = (0...255).map { UInt8($0) }
-        let results = try await withThrowingTaskGroup(of: (Int, [UInt8]).self) { group in
-            for i in 0..<3 {
-                group.addTask {
-                    (i, try await writer.record(Self.report(request, "token-\(i)"), event: allBytes + [UInt8(i)]))
+        let results = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: (Int, [UInt8]).self) { group in
+                for i in 0..<3 {
+                    group.addTask {
+                        (i, try await writer.record(Self.report(request, "token-\(i)"), event: allBytes + [UInt8(i)]))
+                    }
                 }
+                return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
             }
-            return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
         }
         #expect(results == [0: allBytes + [0], 1: allBytes + [1], 2: allBytes + [2]])
         let stored = try await store.recordedOutcomes(requestIDs: [request, "nothing-recorded"])
@@ -61,7 +63,7 @@ struct SendLogWriterTests {
         let writer = SendLogWriter(pool: pool, flushInterval: .milliseconds(50))
         let clock = ContinuousClock()
         let start = clock.now
-        let bytes = try await writer.record(Self.report("lone-\(UUID())", "t"), event: [7])
+        let bytes = try await whileRunning(writer) { try await writer.record(Self.report("lone-\(UUID())", "t"), event: [7]) }
         #expect(bytes == [7])
         #expect(clock.now - start >= .milliseconds(50))
         await pool.close()
@@ -74,8 +76,10 @@ struct SendLogWriterTests {
         #expect(try await store.recordOutcome(first, event: [1, 1, 1]))
         let writer = SendLogWriter(pool: pool, flushInterval: .milliseconds(1))
         // A redelivered request records another outcome for the same token: the first one stands.
-        #expect(try await writer.record(Self.report(request, "t1"), event: [2, 2, 2]) == [1, 1, 1])
-        #expect(try await writer.record(Self.report(request, "t2"), event: [3]) == [3])
+        try await whileRunning(writer) { () async throws in
+            #expect(try await writer.record(Self.report(request, "t1"), event: [2, 2, 2]) == [1, 1, 1])
+            #expect(try await writer.record(Self.report(request, "t2"), event: [3]) == [3])
+        }
         #expect(try await store.recordedOutcomes(requestID: request) == ["t1": [1, 1, 1], "t2": [3]])
         await pool.close()
     }
@@ -84,11 +88,13 @@ struct SendLogWriterTests {
         let (store, pool) = try await Self.store()
         let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 3)
         let request = "dup-\(UUID())"
-        let results = try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
-            group.addTask { ("a", try await writer.record(Self.report(request, "same"), event: [0xa])) }
-            group.addTask { ("b", try await writer.record(Self.report(request, "same"), event: [0xb])) }
-            group.addTask { ("c", try await writer.record(Self.report(request, "other"), event: [0xc])) }
-            return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+        let results = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
+                group.addTask { ("a", try await writer.record(Self.report(request, "same"), event: [0xa])) }
+                group.addTask { ("b", try await writer.record(Self.report(request, "same"), event: [0xb])) }
+                group.addTask { ("c", try await writer.record(Self.report(request, "other"), event: [0xc])) }
+                return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+            }
         }
         let stored = try await store.recordedOutcomes(requestID: request)
         let same = try #require(stored["same"])
@@ -103,28 +109,34 @@ struct SendLogWriterTests {
         // A schema without send_log: the statement fails on the server (42P01 undefined_table).
         let pool = try await schemaPool("no_tables")
         let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 4)
-        let failures = try await withThrowingTaskGroup(of: String?.self) { group in
-            for i in 0..<4 {
-                group.addTask {
-                    do {
-                        _ = try await writer.record(Self.report("fail", "t\(i)"), event: [1])
-                        return nil
-                    } catch let error as PostgresError {
-                        return error.sqlState
+        let failures = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: String?.self) { group in
+                for i in 0..<4 {
+                    group.addTask {
+                        do {
+                            _ = try await writer.record(Self.report("fail", "t\(i)"), event: [1])
+                            return nil
+                        } catch let error as PostgresError {
+                            return error.sqlState
+                        }
                     }
                 }
+                return try await group.reduce(into: [String?]()) { $0.append($1) }
             }
-            return try await group.reduce(into: [String?]()) { $0.append($1) }
         }
         #expect(failures == Array(repeating: "42P01", count: 4))
         // A closed pool fails them too.
         await pool.close()
         let closed = SendLogWriter(pool: pool, flushInterval: .milliseconds(1))
-        await #expect(throws: PostgresError.self) { try await closed.record(Self.report("fail", "t"), event: [1]) }
+        try await whileRunning(closed) { () async throws in
+            await #expect(throws: PostgresError.self) { try await closed.record(Self.report("fail", "t"), event: [1]) }
+        }
         // A NUL byte in a text field is refused at once, without poisoning a batch.
         let (_, good) = try await Self.store()
         let writer2 = SendLogWriter(pool: good, flushInterval: .milliseconds(1))
-        await #expect(throws: PostgresError.self) { try await writer2.record(Self.report("nul\0", "t"), event: [1]) }
+        try await whileRunning(writer2) { () async throws in
+            await #expect(throws: PostgresError.self) { try await writer2.record(Self.report("nul\0", "t"), event: [1]) }
+        }
         await good.close()
     }
 
@@ -138,7 +150,7 @@ struct SendLogWriterTests {
         let writer = SendLogWriter(pool: pool, flushInterval: .zero)
         let request = "lone-\(UUID())"
         let lowered = BackgroundTaskExecutor(name: "test-send-log", threads: 2, niceness: 19)
-        let failures = await withTaskExecutorPreference(lowered) {
+        let failures = try await whileRunning(writer) { await withTaskExecutorPreference(lowered) {
             await withTaskGroup(of: Int.self) { group in
                 for caller in 0..<8 {
                     group.addTask {
@@ -155,7 +167,7 @@ struct SendLogWriterTests {
                 }
                 return await group.reduce(0, +)
             }
-        }
+        } }
         #expect(failures == 0)
         #expect(try await Self.count(pool, requestPrefix: request) == 2_000)
         await pool.close()
@@ -166,15 +178,17 @@ struct SendLogWriterTests {
         let writer = SendLogWriter(pool: pool)
         let request = "many-\(UUID())"
         let n = 2_000
-        let mismatches = try await withThrowingTaskGroup(of: Bool.self) { group in
-            for i in 0..<n {
-                group.addTask {
-                    let bytes = Array("event-\(i)".utf8)
-                    let report = Self.report("\(request)-\(i % 7)", "token-\(i)")
-                    return try await writer.record(report, event: bytes) == bytes
+        let mismatches = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                for i in 0..<n {
+                    group.addTask {
+                        let bytes = Array("event-\(i)".utf8)
+                        let report = Self.report("\(request)-\(i % 7)", "token-\(i)")
+                        return try await writer.record(report, event: bytes) == bytes
+                    }
                 }
+                return try await group.reduce(0) { $0 + ($1 ? 0 : 1) }
             }
-            return try await group.reduce(0) { $0 + ($1 ? 0 : 1) }
         }
         #expect(mismatches == 0)
         #expect(try await Self.count(pool, requestPrefix: request) == n)

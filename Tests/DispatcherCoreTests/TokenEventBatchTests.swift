@@ -106,37 +106,3 @@ import Testing
         #expect(PostgresArrayLiteral.text([String]()) == "{}")
     }
 }
-
-/// `SendLogQueue` without I/O: when a batch is written and by whom.
-@Suite struct SendLogQueueTests {
-    static func row(_ n: Int) -> SendLogRow {
-        var report = DeliveryReport()
-        report.requestID = "r"
-        report.deviceToken = String(n)
-        return SendLogRow(report, event: [UInt8(n)])
-    }
-
-    @Test func theFirstRowStartsTheTimerAndAFullBatchIsTakenAtOnce() {
-        var queue = SendLogQueue(maxBatch: 3)
-        let first = queue.enqueue(Self.row(0))
-        guard case .startTimer(let batch) = first.action else { Issue.record("expected a timer"); return }
-        guard case .wait = queue.enqueue(Self.row(1)).action else { Issue.record("expected wait"); return }
-        guard case .flush(let entries) = queue.enqueue(Self.row(2)).action else { Issue.record("expected flush"); return }
-        #expect(entries.map(\.id) == [0, 1, 2])
-        // The timer fires after its batch was taken: nothing to write.
-        let late = queue.timerFired(batch: batch)
-        #expect(late == nil)
-        // The next row starts the next batch, which its timer then takes.
-        guard case .startTimer(let next) = queue.enqueue(Self.row(3)).action else { Issue.record("expected a timer"); return }
-        #expect(next == batch + 1)
-        let timed = queue.timerFired(batch: next)
-        #expect(timed?.map(\.id) == [3])
-        #expect(queue.pending.isEmpty)
-    }
-
-    @Test func aBatchOfOneIsWrittenAtOnce() {
-        var queue = SendLogQueue(maxBatch: 1)
-        guard case .flush(let entries) = queue.enqueue(Self.row(0)).action else { Issue.record("expected flush"); return }
-        #expect(entries.count == 1)
-    }
-}

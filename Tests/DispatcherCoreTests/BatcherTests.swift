@@ -1,0 +1,76 @@
+import PushTestSupport
+import ServiceCore
+import Synchronization
+import Testing
+
+@testable import DispatcherCore
+
+/// `Batcher` with real tasks: its flush loop, the bound on batches at once, graceful stop and
+/// cancellation. The decisions themselves are `BatchQueueTests`'.
+@Suite(.timeLimit(.minutes(1)))
+struct BatcherTests {
+    /// Counts the batches running at once and the largest batch.
+    final class Probe: Sendable {
+        struct State {
+            var running = 0
+            var mostRunning = 0
+            var sizes: [Int] = []
+        }
+        let state = Mutex(State())
+
+        func batch(_ inputs: [Int]) async throws -> [Int] {
+            state.withLock {
+                $0.running += 1
+                $0.mostRunning = max($0.mostRunning, $0.running)
+                $0.sizes.append(inputs.count)
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+            state.withLock { $0.running -= 1 }
+            return inputs.map { $0 * 2 }
+        }
+    }
+
+    @Test func manyCallersShareFewBatchesAndEachGetsItsOwnOutput() async throws {
+        let probe = Probe()
+        let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxBatch: 50, maxConcurrentBatches: 2)) { try await probe.batch($0) }
+        let outputs = try await whileRunning(batcher) {
+            try await withThrowingTaskGroup(of: (Int, Int).self) { group in
+                for i in 0..<1_000 { group.addTask { (i, try await batcher.submit(i)) } }
+                return try await group.reduce(into: [Int: Int]()) { $0[$1.0] = $1.1 }
+            }
+        }
+        #expect(outputs.count == 1_000 && outputs.allSatisfy { $0.value == $0.key * 2 })
+        let state = probe.state.withLock { $0 }
+        #expect(state.mostRunning <= 2, "at most 2 batches at once, saw \(state.mostRunning)")
+        #expect(state.sizes.allSatisfy { $0 <= 50 })
+        #expect(state.sizes.count < 100, "1,000 callers took \(state.sizes.count) batches: they did not gather")
+    }
+
+    @Test func gracefulStopRunsWhatWaitsThenRefusesNewItems() async throws {
+        let probe = Probe()
+        // An hour's wait: only the stop can send this lone item.
+        let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxBatch: 10, maxWait: .seconds(3600))) { try await probe.batch($0) }
+        let shutdown = GracefulShutdown()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await batcher.run(shutdown: shutdown) }
+            group.addTask {
+                let output = try await batcher.submit(21)
+                #expect(output == 42)
+            }
+            _ = try await CampaignStoreTests.eventually("the item waits in the batcher") { probe.state.withLock { $0.sizes.isEmpty } && batcher.hasWaiting ? true : nil }
+            shutdown.trigger()
+            try await group.waitForAll()
+        }
+        await #expect(throws: Batcher<Int, Int>.Stopped.self) { try await batcher.submit(1) }
+    }
+
+    @Test func cancellationFailsTheWaitingCallers() async throws {
+        let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxWait: .seconds(3600))) { $0 }
+        let runner = Task { try await batcher.run(shutdown: GracefulShutdown()) }
+        let caller = Task { try await batcher.submit(1) }
+        _ = try await CampaignStoreTests.eventually("the item waits in the batcher") { batcher.hasWaiting ? true : nil }
+        runner.cancel()
+        await #expect(throws: CancellationError.self) { try await caller.value }
+        _ = await runner.result
+    }
+}
