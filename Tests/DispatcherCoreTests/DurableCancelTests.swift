@@ -13,7 +13,7 @@ import Testing
 /// docs/campaigns.md "Cancellation"). Where a request must be under way, it is sent to the APNs
 /// simulator over TLS; elsewhere every token must end SKIPPED without a send (the harness's sender
 /// fails the test if a notification reaches it).
-@Suite(.testDatabase, .serialized, .timeLimit(.minutes(4)))
+@Suite(.testDatabase, .serialized, .timeLimit(.minutes(5)))
 struct DurableCancelTests {
     init() { ProcessSignals.ignoreSIGPIPE() }
 
@@ -43,8 +43,9 @@ struct DurableCancelTests {
     }
 
     /// The request's `RequestCompleted` and its delivery reports, read from the feedback topic.
-    static func outcome(of requestID: String, on harness: DispatcherHarness) async throws -> (RequestCompleted, [DeliveryReport]) {
-        let records = try await harness.read(harness.topics.feedback, timeout: .seconds(60)) { records in
+    /// - Parameter timeout: how long to wait for the `RequestCompleted`.
+    static func outcome(of requestID: String, on harness: DispatcherHarness, timeout: Duration = .seconds(60)) async throws -> (RequestCompleted, [DeliveryReport]) {
+        let records = try await harness.read(harness.topics.feedback, timeout: timeout) { records in
             records.contains { record in
                 if case .requestCompleted(let completed)? = (try? FeedbackEvent(protobufBytes: record.value))?.event { return completed.requestID == requestID }
                 return false
@@ -89,7 +90,9 @@ struct DurableCancelTests {
             }
         }
         try await harness.produce(topic, key: "victim", value: Self.request("victim", to: "u-victim").serializedBytes(), contentType: SendRequest.protobufContentType)
-        let (completed, reports) = try await Self.outcome(of: "victim", on: harness)
+        // Every cancel is written to PostgreSQL twice, one after the other in key order: about 20,000
+        // statements before the request's turn (54 s seen on a machine with a load average of 45).
+        let (completed, reports) = try await Self.outcome(of: "victim", on: harness, timeout: .seconds(240))
         Self.expectCancelled(completed, reports, tokens: tokens)
         #expect(try await harness.store.pool.query("SELECT count(*)::bigint AS n FROM cancellations").first?.int64("n") == 10_051)
         try await harness.stop()
