@@ -6,8 +6,9 @@ import Synchronization
 /// Runs campaigns and scheduled sends (docs/campaigns.md): takes the lease of a due `campaigns` row,
 /// pages its audience, sends each page through `SendRequestProcessor` in the campaign lane, checkpoints
 /// under the lease's generation, publishes `CampaignProgress` at a steady interval and
-/// `RequestCompleted` at the end. At most `CampaignSettings.concurrency` campaigns at once.
-public final class CampaignRunner: Sendable {
+/// `RequestCompleted` at the end. At most `CampaignSettings.concurrency` campaigns at once. A `Service`
+/// of the dispatcher's sources (docs/lifecycle.md "dispatcher").
+public final class CampaignRunner: Service {
     private let store: CampaignStore
     private let processor: SendRequestProcessor
     private let feedback: FeedbackPublisher
@@ -18,7 +19,6 @@ public final class CampaignRunner: Sendable {
     private let cancellations: CampaignCancellations
     private let lane: AsyncSemaphore
     private let limiter: AppRateLimiter
-    private let stopping = Atomic<Bool>(false)
     /// `push_campaigns_running`: campaigns this process holds the lease of.
     private let runningGauge: Gauge
     /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
@@ -57,22 +57,18 @@ public final class CampaignRunner: Sendable {
         return request.sendAtMs > nowMs
     }
 
-    /// Asks `run` to stop: no new campaign is taken; running ones stop sending, finish what is in
-    /// flight and release their lease (their unfinished page is redone by the next holder).
-    public func stop() {
-        stopping.store(true, ordering: .relaxed)
+    /// Takes and runs due campaigns until `shutdown` triggers (no new campaign is taken; running ones
+    /// stop sending, finish what is in flight and release their lease, their unfinished page redone by
+    /// the next holder) or the task is cancelled (sends in flight are abandoned). Campaigns (their
+    /// pages and sends, child tasks all) run on the lowered threads; the lease renewals, unstructured
+    /// tasks, stay on the cooperative pool so that a busy machine never makes a holder lose its lease.
+    public func run(shutdown: GracefulShutdown) async {
+        await withTaskExecutorPreference(executor) { await self.takeAndRun(shutdown) }
     }
 
-    /// Takes and runs due campaigns until `stop()` or cancellation. Campaigns (their pages and sends,
-    /// child tasks all) run on the lowered threads; the lease renewals, unstructured tasks, stay on the
-    /// cooperative pool so that a busy machine never makes a holder lose its lease.
-    public func run() async {
-        await withTaskExecutorPreference(executor) { await self.takeAndRun() }
-    }
-
-    private func takeAndRun() async {
+    private func takeAndRun(_ shutdown: GracefulShutdown) async {
         await withDiscardingTaskGroup { group in
-            while !stopping.load(ordering: .relaxed), !Task.isCancelled {
+            while !shutdown.isTriggered, !Task.isCancelled {
                 var took = false
                 if running.withLock({ $0.count }) < settings.concurrency {
                     do {
@@ -80,7 +76,7 @@ public final class CampaignRunner: Sendable {
                             took = true
                             running.withLock { _ = $0.insert(record.requestID) }
                             group.addTask {
-                                await self.runCampaign(record, lease: lease)
+                                await self.runCampaign(record, lease: lease, shutdown: shutdown)
                                 self.running.withLock { _ = $0.remove(record.requestID) }
                             }
                         }
@@ -93,7 +89,7 @@ public final class CampaignRunner: Sendable {
                 if let wait = try? await store.millisecondsUntilNextDue(), wait >= 0, .milliseconds(wait) < sleep {
                     sleep = .milliseconds(max(1, wait))
                 }
-                try? await Task.sleep(for: sleep)
+                try? await shutdown.sleep(for: sleep)
             }
         }
     }
@@ -116,7 +112,7 @@ public final class CampaignRunner: Sendable {
         func abort() { aborted.store(true, ordering: .relaxed) }
     }
 
-    private func runCampaign(_ record: CampaignRecord, lease: CampaignLease) async {
+    private func runCampaign(_ record: CampaignRecord, lease: CampaignLease, shutdown: GracefulShutdown) async {
         let requestID = record.requestID
         let holder = Holder(lease, cancelled: record.cancelRequested || cancellations.contains(requestID))
         let fields = ["request_id": requestID, "generation": "\(lease.generation)"]
@@ -131,7 +127,7 @@ public final class CampaignRunner: Sendable {
             runningGauge.decrement()
         }
         do {
-            let finished = try await send(record, holder: holder)
+            let finished = try await send(record, holder: holder, shutdown: shutdown)
             renewal.cancel()
             if finished {
                 leaseEvents.increment(labels: ["finished"])
@@ -183,7 +179,7 @@ public final class CampaignRunner: Sendable {
     /// Sends the campaign from its checkpoint to the end.
     /// - Returns: true when it finished (RequestCompleted published, row closed); false when it stopped
     ///   (stopping, lease lost).
-    private func send(_ record: CampaignRecord, holder: Holder) async throws -> Bool {
+    private func send(_ record: CampaignRecord, holder: Holder, shutdown: GracefulShutdown) async throws -> Bool {
         let request = record.request
         let requestID = record.requestID
         let cancelled: @Sendable () -> Bool = { [cancellations] in
@@ -194,8 +190,8 @@ public final class CampaignRunner: Sendable {
             }
             return false
         }
-        let shouldStop: @Sendable () -> Bool = { [self] in
-            self.stopping.load(ordering: .relaxed) || holder.aborted.load(ordering: .relaxed) || !holder.isValid()
+        let shouldStop: @Sendable () -> Bool = {
+            shutdown.isTriggered || holder.aborted.load(ordering: .relaxed) || !holder.isValid()
         }
         var counts = record.counts
         var cursor = record.cursor

@@ -127,11 +127,13 @@ public final class Dispatcher: Sendable {
             : nil
     }
 
-    /// Migrates the schema, joins the consumer group and processes records until `shutdown` triggers;
-    /// then stops gracefully: intake stops, running records finish, the finished prefix is stored and
-    /// the consumer leaves the group (committing it). Cancelling the calling task abandons the records
-    /// still running: they are never stored.
-    /// - Throws: `PostgresError` when migrations fail, `KafkaError` when the consumer cannot start.
+    /// Migrates the schema, then runs the dispatcher's sources as one nested `ServiceGroup` whose
+    /// services all stop at once (docs/lifecycle.md "dispatcher"): the engine (intake, rebalances,
+    /// record workers), the parked-retry driver, the campaign runner, token hygiene and the send-log
+    /// retention. Graceful shutdown (`shutdown`) drains each of them; cancelling the calling task
+    /// abandons what they have in progress (records still running are never stored).
+    /// - Throws: `PostgresError` when migrations fail, `KafkaError` when the consumer cannot start, or
+    ///   the first error a source threw.
     public func run(shutdown: GracefulShutdown) async throws {
         try await store.migrate()
         // Cancels any replica recorded (docs/campaigns.md "Cancellation"), all read before the first record.
@@ -139,6 +141,97 @@ public final class Dispatcher: Sendable {
             store: CancellationStore(pool: store.pool), cancellations: cancellations, interval: configuration.cancelPollInterval,
             lifetime: configuration.cancellationLifetime, clock: clock, logger: logger)
         try await cancelPoller.poll()
+        let parkedRetries = ParkedRetryDriver(
+            processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
+            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
+            maxInFlight: configuration.maxParkedInFlight, logger: logger
+        ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
+        var sources: [ServiceGroup.ServiceConfiguration] = [
+            .init(Engine(dispatcher: self), name: "engine"),
+            .init(parkedRetries, name: "parked-retry driver"),
+        ]
+        if configuration.campaigns.runnerEnabled { sources.append(.init(campaigns, name: "campaign runner")) }
+        if let tokenHygiene { sources.append(.init(tokenHygiene, name: "token hygiene")) }
+        if let retention = configuration.sendLogRetention {
+            sources.append(.init(
+                store.makeSendLogRetention(retention: retention, interval: configuration.sendLogRetentionInterval), name: "send-log retention"))
+        }
+        let lifecycleLogger = logger.with(["component": "lifecycle"])
+        // Under the sources, stopped after them (reverse start order): the cancel poller, so that
+        // records still draining see new cancels, and the batched statements' flush loops, so that
+        // every outcome given to them is written (docs/lifecycle.md "dispatcher").
+        let batchers = ServiceGroup(
+            configuredServices: (processor.batchers + [fingerprints]).map { .init($0, name: "batcher") },
+            configuration: .nested(shutdownOrder: .concurrent), logger: lifecycleLogger)
+        let tree = ServiceGroup(
+            configuredServices: [
+                .init(batchers, name: "batchers"), .init(cancelPoller, name: "cancel poller"),
+                .init(ServiceGroup(configuredServices: sources, configuration: .nested(shutdownOrder: .concurrent), logger: lifecycleLogger), name: "sources"),
+            ],
+            configuration: .nested(shutdownOrder: .reverseStartOrder), logger: lifecycleLogger)
+        try await tree.run(shutdown: shutdown)
+        logger.info("dispatcher stopped")
+    }
+
+    /// The engine as a source: consumes records until `shutdown`, then drains.
+    private struct Engine: Service {
+        let dispatcher: Dispatcher
+        func run(shutdown: GracefulShutdown) async throws { try await dispatcher.runEngine(shutdown: shutdown) }
+    }
+
+    /// Joins the consumer group and processes records until `shutdown` triggers; then stops
+    /// gracefully: intake stops, queued records are dropped, running records finish, the producer is
+    /// flushed, the finished prefix is stored and the consumer leaves the group (committing it).
+    /// Cancellation abandons the records still running: they are never stored.
+    /// - Throws: `KafkaError` when the consumer cannot start.
+    private func runEngine(shutdown: GracefulShutdown) async throws {
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration(), logger: logger.with(["component": "kafka"]))
+        monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
+        monitor.readiness.setPhase(.running)
+        // The crash window: what a SIGKILL can send twice (docs/send-log.md "What a crash can lose").
+        let window = processor.crashWindow
+        logger.info("dispatcher ready", [
+            "group": configuration.consumerGroup, "instance": configuration.instanceID,
+            "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+            "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
+        ])
+        await withTaskGroup(of: Void.self) { rebalancing in
+            // Rebalances are answered until the consumer has closed (closing revokes everything).
+            rebalancing.addTask { await self.watchRebalances(consumer) }
+            await withTaskGroup(of: Void.self) { intaking in
+                intaking.addTask { await self.intake(consumer) }
+                await shutdown.wait()
+                intaking.cancelAll()
+            }
+            monitor.readiness.setPhase(.stopping)
+            logger.info("dispatcher stopping: intake stopped, waiting for running records")
+            let dropped = stopAll()
+            if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
+            _ = await withTaskCancellationHandler {
+                await waitUntilIdle(nil)
+            } onCancel: {
+                self.cancelWorkers(of: nil)
+            }
+            if Task.isCancelled {
+                // Escalated: every worker was cancelled; give them a moment to end, store nothing more.
+                logger.warning("shutdown escalated: unfinished records are abandoned, not stored")
+                cancelWorkers(of: nil)
+                await waitForCancelledWorkers(timeout: .seconds(2))
+            } else {
+                do {
+                    try await producer.flush(timeout: .seconds(10))
+                } catch {
+                    logger.warning("producer flush on shutdown", ["error": "\(error)"])
+                }
+            }
+            await consumer.close()
+            monitor.detachConsumer()
+            rebalancing.cancelAll()
+        }
+    }
+
+    /// The consumer of both input topics, its offsets stored only past finished records.
+    private func consumerConfiguration() -> KafkaConsumerConfiguration {
         var consumerConfiguration = KafkaConsumerConfiguration(
             bootstrapServers: configuration.bootstrapServers, groupID: configuration.consumerGroup,
             topics: [configuration.topics.tokenEvents, configuration.topics.sendRequests])
@@ -161,83 +254,27 @@ public final class Dispatcher: Sendable {
         consumerConfiguration.onReceipt = { [self] message in
             if message.topic == configuration.topics.sendRequests { applyCancelOnReceipt(message) }
         }
-        let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger.with(["component": "kafka"]))
-        monitor.attach(consumer: consumer) { [weak self] in self?.engineSnapshot() ?? .init() }
-        monitor.readiness.setPhase(.running)
-        // The crash window: what a SIGKILL can send twice (docs/send-log.md "What a crash can lose").
-        let window = processor.crashWindow
-        logger.info("dispatcher ready", [
-            "group": consumerConfiguration.groupID, "instance": configuration.instanceID,
-            "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
-            "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
-        ])
+        return consumerConfiguration
+    }
 
-        // The batched statements' flush loops: stopped (gracefully: every row given is written) only
-        // after everything that records outcomes or looks rows up stopped.
-        let batchersShutdown = GracefulShutdown()
-        let batchers: [any Service] = processor.batchers + [fingerprints]
-        let batching = Task {
-            await withDiscardingTaskGroup { group in
-                for batcher in batchers { group.addTask { try? await batcher.run(shutdown: batchersShutdown) } }
+    /// Waits up to `timeout` for every worker to end, also when the calling task is cancelled (the
+    /// escalated stop gives cancelled workers a moment before the consumer closes).
+    private func waitForCancelledWorkers(timeout: Duration) async {
+        let id = engine.withLock { state -> Int in
+            state.nextID += 1
+            return state.nextID
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = engine.withLock { state -> Bool in
+                if state.isIdle(nil) { return true }
+                state.idleWaiters[id] = (nil, continuation)
+                return false
+            }
+            if idle { return continuation.resume() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(timeout.wholeMilliseconds))) { [self] in
+                engine.withLock { $0.idleWaiters.removeValue(forKey: id) }?.continuation.resume()
             }
         }
-        let intake = Task { await self.intake(consumer) }
-        let rebalances = Task { await self.watchRebalances(consumer) }
-        let retention = configuration.sendLogRetention.map { retention in
-            Task { await store.makeSendLogRetention(retention: retention).run(every: configuration.sendLogRetentionInterval) }
-        }
-        defer { retention?.cancel() }
-        // Runs until the engine has stopped (a shutdown of its own that never triggers): records still draining see new cancels.
-        let cancelPolling = Task { try await cancelPoller.run(shutdown: GracefulShutdown()) }
-        defer { cancelPolling.cancel() }
-        let parkedRetries = ParkedRetryDriver(
-            processor: processor, store: store.makePendingRetryStore(), owner: "\(configuration.instanceID)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))",
-            interval: configuration.pendingRetryScanInterval, lease: configuration.pendingRetryLease,
-            maxInFlight: configuration.maxParkedInFlight, logger: logger
-        ) { [gauge = pendingRetriesGauge] count in gauge.set(Double(count)) }
-        let redrive = Task { await parkedRetries.run() }
-        let campaignRunner = configuration.campaigns.runnerEnabled ? Task { await campaigns.run() } : nil
-        let hygiene = tokenHygiene.map { runner in Task { await runner.run() } }
-        await shutdown.wait()
-        monitor.readiness.setPhase(.stopping)
-        // Re-drives in flight finish (their outcomes recorded); no new row is claimed.
-        parkedRetries.stop()
-        logger.info("dispatcher stopping: intake stopped, waiting for running records")
-        intake.cancel()
-        await intake.value
-        // Campaigns stop sending, finish what is in flight and release their leases.
-        campaigns.stop()
-        await withTaskCancellationHandler { await campaignRunner?.value } onCancel: { campaignRunner?.cancel() }
-        // A token-hygiene pass finishes its page (announced, committed) and releases its lease.
-        tokenHygiene?.stop()
-        await withTaskCancellationHandler { await hygiene?.value } onCancel: { hygiene?.cancel() }
-        let dropped = stopAll()
-        if dropped > 0 { logger.info("records not started are left for the next owner", ["records": "\(dropped)"]) }
-        _ = await withTaskCancellationHandler {
-            await waitUntilIdle(nil)
-            await redrive.value
-        } onCancel: {
-            self.cancelWorkers(of: nil)
-            redrive.cancel()
-        }
-        if Task.isCancelled {
-            // Escalated: every worker was cancelled; give them a moment to end, store nothing more.
-            logger.warning("shutdown escalated: unfinished records are abandoned, not stored")
-            cancelWorkers(of: nil)
-            _ = await Task { await self.waitUntilIdle(nil, timeout: .seconds(2)) }.value
-        } else {
-            do {
-                try await producer.flush(timeout: .seconds(10))
-            } catch {
-                logger.warning("producer flush on shutdown", ["error": "\(error)"])
-            }
-        }
-        batchersShutdown.trigger()
-        await withTaskCancellationHandler { await batching.value } onCancel: { batching.cancel() }
-        await consumer.close()
-        monitor.detachConsumer()
-        rebalances.cancel()
-        logger.info("dispatcher stopped")
     }
 
     /// The engine's queues, for the scrape-time gauges.

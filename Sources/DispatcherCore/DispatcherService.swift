@@ -3,10 +3,12 @@ import Kafka
 import Postgres
 import ServiceCore
 
-/// The dispatcher as a `Service`: its PostgreSQL pool, Kafka producer and APNs client are created in
-/// `run(shutdown:)`, not before, and shut down in order once the engine stopped: the engine first
-/// (records finished, offsets stored, consumer closed), then the APNs client, the producer (flushed)
-/// and the pool. See docs/lifecycle.md and docs/dispatcher-engine.md.
+/// The dispatcher as a `Service`: its PostgreSQL pool, Kafka producer and APNs client are opened in
+/// `run(shutdown:)`, in that order, and run with the topic watch and the dispatcher's sources as a
+/// nested `ServiceGroup` that stops in reverse start order: the sources first (all at once: records
+/// finished, offsets stored, consumer closed, campaigns and re-drives drained), then the topic watch,
+/// the APNs client, the producer (flushed) and the pool. See docs/lifecycle.md and
+/// docs/dispatcher-engine.md.
 public struct DispatcherService: Service {
     /// Everything the service needs; executables fill it from the environment.
     public struct Settings: Sendable {
@@ -56,8 +58,8 @@ public struct DispatcherService: Service {
             additionalProperties: settings.dispatcher.kafkaProperties, logger: logger.with(["component": "kafka.topics"]))
     }
 
-    /// Starts the pool, the producer and the APNs client, runs the engine until graceful shutdown,
-    /// then closes them in order.
+    /// Opens the pool, the producer and the APNs client, runs them with the engine until graceful
+    /// shutdown, then closes them in reverse order.
     /// - Throws: `PostgresError` or `KafkaError` when a dependency cannot start or migrations fail.
     public func run(shutdown: GracefulShutdown) async throws {
         let readiness = settings.monitor.readiness
@@ -71,24 +73,6 @@ public struct DispatcherService: Service {
             try await pool.withConnection { try await RequestStatusReader.status(requestID: requestID, on: $0) }
         }
         defer { settings.monitor.setStatusLookup(nil) }
-        // /readyz reads the last outcome of this loop, never a query of its own.
-        let databaseChecks = Task { [interval = settings.databaseCheckInterval, logger] in
-            var lastSucceeded = true
-            while !Task.isCancelled {
-                do {
-                    let took = try await pool.healthCheck()
-                    readiness.recordDatabaseCheck(succeeded: true, detail: "\(took.wholeMilliseconds) ms")
-                    if !lastSucceeded { logger.notice("PostgreSQL check succeeds again") }
-                    lastSucceeded = true
-                } catch {
-                    readiness.recordDatabaseCheck(succeeded: false, detail: "\(error)")
-                    if lastSucceeded { logger.warning("PostgreSQL check failed", ["error": "\(error)"]) }
-                    lastSucceeded = false
-                }
-                try? await Task.sleep(for: interval)
-            }
-        }
-        defer { databaseChecks.cancel() }
         let producer: KafkaProducer
         do {
             producer = try KafkaProducer(configuration: settings.producer, logger: logger.with(["component": "kafka.producer"]))
@@ -101,19 +85,81 @@ public struct DispatcherService: Service {
         let dispatcher = Dispatcher(
             configuration: settings.dispatcher, store: TokenStore(pool: pool, tokenRebindAfterDays: settings.dispatcher.intake.tokenRebindAfterDays), sender: client, producer: producer, logger: logger,
             monitor: settings.monitor)
-        let watch = Task { [topicWatch] in await topicWatch.watch() }
-        var failure: (any Error)?
-        do {
-            try await dispatcher.run(shutdown: shutdown)
-        } catch {
-            failure = error
+        defer { readiness.setPhase(.stopping) }
+        let group = ServiceGroup(
+            configuredServices: [
+                .init(PostgresPoolService(pool: pool, checkInterval: settings.databaseCheckInterval, readiness: readiness, logger: logger), name: "postgres pool"),
+                .init(KafkaProducerService(producer: producer, readiness: readiness), name: "kafka producer"),
+                .init(APNsClientService(client: client), name: "apns client"),
+                .init(KafkaTopicWatchService(watch: topicWatch), name: "kafka topic watch"),
+                .init(dispatcher, name: "dispatcher"),
+            ],
+            configuration: .nested(shutdownOrder: .reverseStartOrder), logger: logger.with(["component": "lifecycle"]))
+        try await group.run(shutdown: shutdown)
+    }
+}
+
+extension Dispatcher: Service {}
+
+/// The pool, opened before the group runs (the engine migrates through it): runs the cheap check
+/// whose last outcome `/readyz` reads until asked to stop, then closes the pool.
+struct PostgresPoolService: Service {
+    let pool: PostgresPool
+    let checkInterval: Duration
+    let readiness: ReadinessState
+    let logger: Logger
+
+    func run(shutdown: GracefulShutdown) async {
+        var lastSucceeded = true
+        while !shutdown.isTriggered, !Task.isCancelled {
+            do {
+                let took = try await pool.healthCheck()
+                readiness.recordDatabaseCheck(succeeded: true, detail: "\(took.wholeMilliseconds) ms")
+                if !lastSucceeded { logger.notice("PostgreSQL check succeeds again") }
+                lastSucceeded = true
+            } catch {
+                readiness.recordDatabaseCheck(succeeded: false, detail: "\(error)")
+                if lastSucceeded { logger.warning("PostgreSQL check failed", ["error": "\(error)"]) }
+                lastSucceeded = false
+            }
+            do { try await shutdown.sleep(for: checkInterval) } catch { break }
         }
-        readiness.setPhase(.stopping)
-        readiness.setProducer(nil)
-        watch.cancel()
-        await client.shutdown()
-        await producer.shutdown()
         await pool.close()
-        if let failure { throw failure }
+    }
+}
+
+/// The producer, created before the group runs: when asked to stop (every source has returned) it
+/// delivers what is still queued and is destroyed.
+struct KafkaProducerService: Service {
+    let producer: KafkaProducer
+    let readiness: ReadinessState
+
+    func run(shutdown: GracefulShutdown) async {
+        await shutdown.wait()
+        readiness.setProducer(nil)
+        await producer.shutdown()
+    }
+}
+
+/// The APNs client: when asked to stop, its connections close.
+struct APNsClientService: Service {
+    let client: APNsClient
+
+    func run(shutdown: GracefulShutdown) async {
+        await shutdown.wait()
+        await client.shutdown()
+    }
+}
+
+/// Checks every 10 s that the four topics exist (`KafkaTopicWatch`) until asked to stop.
+struct KafkaTopicWatchService: Service {
+    let watch: KafkaTopicWatch
+
+    func run(shutdown: GracefulShutdown) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await watch.watch() }
+            await shutdown.wait()
+            group.cancelAll()
+        }
     }
 }

@@ -5,9 +5,10 @@ import Synchronization
 /// The timer that re-drives parked notifications (docs/dispatcher-engine.md "Retries off the hot
 /// path, and parking"): every `interval` it claims the due rows of `pending_retries` not claimed by
 /// a live lease (`FOR UPDATE SKIP LOCKED`, so replicas never claim the same row) and sends each
-/// again through `SendRequestProcessor.redrive`, at most `maxInFlight` at once. Runs until its task
-/// is cancelled; re-drives cut short give their claim back.
-final class ParkedRetryDriver: Sendable {
+/// again through `SendRequestProcessor.redrive`, at most `maxInFlight` at once. A `Service` of the
+/// dispatcher's sources: graceful shutdown stops claiming and lets the re-drives in flight finish;
+/// cancellation cuts them short (they give their claims back).
+final class ParkedRetryDriver: Service {
     private let processor: SendRequestProcessor
     private let store: PendingRetryStore
     private let owner: String
@@ -16,7 +17,6 @@ final class ParkedRetryDriver: Sendable {
     private let maxInFlight: Int
     private let logger: Logger
     private let inFlight = Atomic<Int>(0)
-    private let stopping = Atomic<Bool>(false)
     /// Called after each scan with the number of parked rows (for the `push_pending_retries` gauge).
     private let observe: @Sendable (Int) -> Void
 
@@ -37,17 +37,13 @@ final class ParkedRetryDriver: Sendable {
         self.observe = observe
     }
 
-    /// Stops claiming rows (graceful shutdown): `run` returns once the re-drives in flight finished,
-    /// within one scan interval.
-    func stop() { stopping.store(true, ordering: .relaxed) }
-
-    /// Scans and re-drives until `stop()` (re-drives in flight finish) or cancellation (they are cut
-    /// short and give their claims back).
-    func run() async {
+    /// Scans and re-drives until `shutdown` triggers (no row is claimed any more; re-drives in flight
+    /// finish) or the task is cancelled (they are cut short and give their claims back).
+    func run(shutdown: GracefulShutdown) async {
         await withDiscardingTaskGroup { group in
             // The gauge's count scans the table: once per interval at most, also while a backlog drains.
             var lastObserved: ContinuousClock.Instant?
-            while !Task.isCancelled, !stopping.load(ordering: .relaxed) {
+            while !Task.isCancelled, !shutdown.isTriggered {
                 var claimed = 0
                 do {
                     let room = maxInFlight - inFlight.load(ordering: .relaxed)
@@ -77,7 +73,7 @@ final class ParkedRetryDriver: Sendable {
                     logger.warning("scanning parked notifications failed", ["error": "\(error)"])
                 }
                 if claimed == 0 || inFlight.load(ordering: .relaxed) >= maxInFlight {
-                    do { try await Task.sleep(for: interval) } catch { break }
+                    do { try await shutdown.sleep(for: interval) } catch { break }
                 }
             }
             if Task.isCancelled { group.cancelAll() }

@@ -7,7 +7,10 @@ import ServiceCore
 /// A request redelivered after its rows were deleted would send again: keep the retention well
 /// above the longest time a send request can wait in Kafka (its retention) plus the dispatcher's
 /// retry horizon.
-public struct SendLogRetention: Sendable {
+///
+/// A `Service` of the dispatcher's sources: a pass every `interval`; graceful shutdown stops it between
+/// statements (each commits on its own), cancellation between batches too.
+public struct SendLogRetention: Service {
     /// The default retention: 8 days (the dispatcher reads `PUSH_SEND_LOG_RETENTION_H`, in hours).
     public static let defaultRetention: Duration = .seconds(8 * 24 * 3600)
 
@@ -15,6 +18,8 @@ public struct SendLogRetention: Sendable {
     public let retention: Duration
     /// The most rows one `DELETE` removes.
     public let batchSize: Int
+    /// The pause between the end of one pass and the start of the next (`run(shutdown:)`).
+    public let interval: Duration
 
     private let pool: PostgresPool
     private let logger: Logger
@@ -24,23 +29,26 @@ public struct SendLogRetention: Sendable {
     ///   - retention: the age, against the server's clock, past which rows go (default 8 days;
     ///     whole milliseconds count).
     ///   - batchSize: rows per `DELETE` (default 1,000; at least 1).
-    ///   - logger: reports each pass that deleted rows, and failures of `run(every:)`.
+    ///   - interval: the pause between passes of `run(shutdown:)` (default 10 minutes).
+    ///   - logger: reports each pass that deleted rows, and failures of `run(shutdown:)`.
     public init(pool: PostgresPool, retention: Duration = SendLogRetention.defaultRetention, batchSize: Int = 1_000,
-                logger: Logger = Logger(label: "dispatcher.send-log-retention")) {
+                interval: Duration = .seconds(600), logger: Logger = Logger(label: "dispatcher.send-log-retention")) {
         precondition(batchSize >= 1, "batchSize must be at least 1")
         self.pool = pool
         self.retention = retention
         self.batchSize = batchSize
+        self.interval = interval
         self.logger = logger
     }
 
     /// Deletes every row of `send_log`, `request_completions`, `request_fingerprints` and
     /// `cancellations` older than the retention, `batchSize` rows per statement, until none is left.
     /// Each statement commits on its own, so an interrupted pass keeps what it deleted.
+    /// - Parameter shutdown: when it has triggered, the pass stops before its next statement.
     /// - Returns: the number of rows deleted (all tables).
     /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
     @discardableResult
-    public func deleteExpired() async throws -> Int {
+    public func deleteExpired(until shutdown: GracefulShutdown? = nil) async throws -> Int {
         let milliseconds = retention.wholeMilliseconds
         var deleted = 0
         // request_completions and request_fingerprints go with the send_log rows of the same
@@ -49,7 +57,7 @@ public struct SendLogRetention: Sendable {
         for (table, column) in [("send_log", "completed_at"), ("request_completions", "completed_at"),
                                 ("request_fingerprints", "completed_at"), ("cancellations", "recorded_at")] {
             var fromTable = 0
-            while true {
+            while shutdown?.isTriggered != true {
                 try Task.checkCancellation()
                 let count = try await pool.execute("""
                     DELETE FROM \(table) WHERE ctid IN (
@@ -70,13 +78,14 @@ public struct SendLogRetention: Sendable {
     /// Deletes the rows of forgotten users (`USER_FORGOTTEN`, inactive reason `forgotten`) whose
     /// forget is older than the retention, with every send_log entry of their tokens, `batchSize`
     /// tokens per statement. A token registered again after the forget is active and stays.
+    /// - Parameter shutdown: when it has triggered, the pass stops before its next statement.
     /// - Returns: the number of token rows deleted.
     /// - Throws: `PostgresError`; `CancellationError` when the task was cancelled between batches.
     @discardableResult
-    public func deleteForgotten() async throws -> Int {
+    public func deleteForgotten(until shutdown: GracefulShutdown? = nil) async throws -> Int {
         let milliseconds = retention.wholeMilliseconds
         var deleted = 0
-        while true {
+        while shutdown?.isTriggered != true {
             try Task.checkCancellation()
             let rows = try await pool.withConnection { connection in
                 try await connection.query("""
@@ -100,23 +109,18 @@ public struct SendLogRetention: Sendable {
         return deleted
     }
 
-    /// Runs `deleteExpired()` now and then every `interval` until the task is cancelled; a failed
-    /// pass is logged and tried again at the next interval.
-    /// - Parameter interval: the pause between the end of one pass and the start of the next.
-    public func run(every interval: Duration) async {
-        while !Task.isCancelled {
+    /// Runs `deleteExpired()` and `deleteForgotten()` now and then every `interval` until `shutdown`
+    /// triggers or the task is cancelled; a failed pass is logged and tried again at the next interval.
+    public func run(shutdown: GracefulShutdown) async {
+        while !shutdown.isTriggered, !Task.isCancelled {
             do {
-                try await deleteExpired()
-                try await deleteForgotten()
+                try await deleteExpired(until: shutdown)
+                try await deleteForgotten(until: shutdown)
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("deleting expired send_log rows failed", ["error": "\(error)"])
             }
-            do {
-                try await Task.sleep(for: interval)
-            } catch {
-                return
-            }
+            do { try await shutdown.sleep(for: interval) } catch { return }
         }
     }
 }

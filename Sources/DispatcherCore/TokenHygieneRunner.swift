@@ -15,7 +15,10 @@ import Synchronization
 ///
 /// Each pass logs one line (`token hygiene pass`) with what it did, and counts it in
 /// `push_token_hygiene_rows_total{action}` and `push_token_hygiene_passes_total{outcome}`.
-public final class TokenHygieneRunner: Sendable {
+///
+/// A `Service` of the dispatcher's sources: graceful shutdown ends a pass between pages (the page in
+/// progress is announced and committed, the lease released); cancellation abandons the page.
+public final class TokenHygieneRunner: Service {
     /// How a pass ended.
     public enum Outcome: String, Sendable {
         /// Every part ran to its end; the pass is recorded finished.
@@ -50,11 +53,8 @@ public final class TokenHygieneRunner: Sendable {
     private let owner: String
     private let clock: any WallClock
     private let logger: Logger
-    private let stopping = Atomic<Bool>(false)
     /// At most one warning a minute while the lease cannot even be asked for (PostgreSQL down).
     private let takeFailures = Mutex(LogRateLimiter(interval: .seconds(60)))
-    /// The pause of `run` between tries, cancelled by `stop()`.
-    private let sleeper = Mutex<Task<Void, Never>?>(nil)
     /// `push_token_hygiene_rows_total{action}`.
     private let rows: Counter
     /// `push_token_hygiene_passes_total{outcome}`.
@@ -85,40 +85,28 @@ public final class TokenHygieneRunner: Sendable {
             labelNames: ["outcome"])
     }
 
-    /// Asks `run` (and a pass in progress, between pages) to stop.
-    public func stop() {
-        stopping.store(true, ordering: .relaxed)
-        sleeper.withLock { $0?.cancel() }
-    }
-
-    /// Tries a pass every `min(interval, 30 s)` until `stop()` or cancellation; a failed pass is
-    /// logged and resumed at a later try.
-    public func run() async {
+    /// Tries a pass every `min(interval, 30 s)` until `shutdown` triggers (a pass in progress stops
+    /// between pages) or the task is cancelled; a failed pass is logged and resumed at a later try.
+    public func run(shutdown: GracefulShutdown) async {
         let poll = min(settings.interval, .seconds(30))
-        while !stopping.load(ordering: .relaxed), !Task.isCancelled {
+        while !shutdown.isTriggered, !Task.isCancelled {
             do {
-                _ = try await runOnce()
+                _ = try await runOnce(until: shutdown)
             } catch {
                 if Task.isCancelled { return }
             }
-            await pause(poll)
+            do { try await shutdown.sleep(for: poll) } catch { return }
         }
     }
 
-    /// Sleeps for `duration`, or until `stop()`.
-    private func pause(_ duration: Duration) async {
-        let task = Task { _ = try? await Task.sleep(for: duration) }
-        sleeper.withLock { $0 = task }
-        if stopping.load(ordering: .relaxed) { task.cancel() }
-        await withTaskCancellationHandler { await task.value } onCancel: { task.cancel() }
-    }
-
     /// Takes the job's lease if a pass is due and does the pass.
+    /// - Parameter shutdown: when it has triggered, the pass stops before its next page (outcome
+    ///   `stopped`, lease released). `nil`: the pass runs to its end.
     /// - Returns: the pass; nil when another replica holds the lease or no pass is due.
     /// - Throws: `PostgresError` or `KafkaError` when the pass failed (it was logged and counted;
     ///   the lease is left to expire, and the pass resumes at the last committed page).
     @discardableResult
-    public func runOnce() async throws -> Pass? {
+    public func runOnce(until shutdown: GracefulShutdown? = nil) async throws -> Pass? {
         let attempt: (lease: CampaignLease, cursor: String?)?
         do {
             attempt = try await store.takeLease(owner: owner, duration: leaseDuration, interval: settings.interval)
@@ -152,7 +140,7 @@ public final class TokenHygieneRunner: Sendable {
             if cutoffs.touchesTokens {
                 var position = cursor
                 repeat {
-                    if stopping.load(ordering: .relaxed) {
+                    if shutdown?.isTriggered == true {
                         try await store.release(lease)
                         pass.outcome = .stopped
                         return pass

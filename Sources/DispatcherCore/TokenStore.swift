@@ -252,9 +252,9 @@ public final class TokenStore: Sendable {
         SendLogWriter(pool: pool, flushInterval: flushInterval, maxBatch: maxBatch)
     }
 
-    /// The `send_log` retention job over this store's pool (see `SendLogRetention`).
-    public func makeSendLogRetention(retention: Duration) -> SendLogRetention {
-        SendLogRetention(pool: pool, retention: retention)
+    /// The `send_log` retention job over this store's pool (see `SendLogRetention`), a pass every `interval`.
+    public func makeSendLogRetention(retention: Duration, interval: Duration = .seconds(600)) -> SendLogRetention {
+        SendLogRetention(pool: pool, retention: retention, interval: interval)
     }
 
     // MARK: Helpers

@@ -30,3 +30,19 @@ extension GracefulShutdown {
         state.withLock { $0.handlers.removeValue(forKey: id.rawValue) != nil }
     }
 }
+
+extension GracefulShutdown {
+    /// Waits `duration`, or less when the trigger fires first: the pause of a loop that should not
+    /// wait out its interval once asked to stop. Returns at once when the trigger has fired.
+    /// - Throws: `CancellationError` when the calling task is cancelled (escalation).
+    public func sleep(for duration: Duration) async throws {
+        guard !isTriggered else { return }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { await self.wait() }
+            await group.next()
+            group.cancelAll()
+        }
+        try Task.checkCancellation()
+    }
+}

@@ -20,12 +20,14 @@ public final class GracefulShutdown: Sendable {
     }
 
     let state = Mutex(State())
+    /// `State.isTriggered` for readers in hot loops (a send checks it per notification): no lock.
+    private let triggered = Atomic<Bool>(false)
 
     /// Creates a trigger that has not fired.
     public init() {}
 
-    /// Whether `trigger()` was called.
-    public var isTriggered: Bool { state.withLock { $0.isTriggered } }
+    /// Whether `trigger()` was called. Lock-free.
+    public var isTriggered: Bool { triggered.load(ordering: .acquiring) }
 
     /// Fires the trigger: resumes every `wait()` and runs every registered handler once, on the
     /// calling thread, after the internal lock is released. Idempotent: later calls do nothing.
@@ -33,6 +35,7 @@ public final class GracefulShutdown: Sendable {
         let (handlers, waiters) = state.withLock { s -> ([@Sendable () -> Void], [CheckedContinuation<Void, Never>]) in
             guard !s.isTriggered else { return ([], []) }
             s.isTriggered = true
+            triggered.store(true, ordering: .releasing)
             let handlers = s.handlers.sorted { $0.key < $1.key }.map(\.value)
             let waiters = Array(s.waiters.values)
             s.handlers = [:]

@@ -10,6 +10,9 @@ extension ServiceGroup {
         case escalatedAfterGracePeriod
         /// The task running `run()` was cancelled; services were cancelled.
         case cancelled
+        /// The service at this index (start order) ended with termination behaviour `cancelGroup`;
+        /// the others were cancelled.
+        case escalatedByService(index: Int)
 
         /// Whether every service finished without cancellation.
         public var isGraceful: Bool { self == .graceful }
@@ -21,6 +24,7 @@ extension ServiceGroup {
             case .escalatedBySignal(let number): "escalated by signal \(number)"
             case .escalatedAfterGracePeriod: "escalated after the grace period"
             case .cancelled: "cancelled"
+            case .escalatedByService(let index): "escalated by service \(index)"
             }
         }
     }

@@ -1,18 +1,25 @@
 import Foundation
 
-/// Runs a process's services concurrently, shuts them down gracefully on SIGTERM/SIGINT, and
-/// escalates to cancellation only when graceful shutdown is not enough (the design of
-/// swift-service-lifecycle).
+/// Runs services concurrently, shuts them down gracefully on SIGTERM/SIGINT in a chosen order, and
+/// escalates to cancellation only when graceful shutdown is not enough (after the design of
+/// swift-service-lifecycle; docs/lifecycle.md).
 ///
 /// Lifecycle of `run()`:
-/// 1. Every service's `run(shutdown:)` starts in a child task; all share one `GracefulShutdown`.
-/// 2. Graceful shutdown begins at the first of: a configured signal, `triggerGracefulShutdown()`,
-///    a service triggering the shared `GracefulShutdown`, or any service returning or throwing
-///    (a service that ends on its own takes the rest down with it). The group triggers the
-///    `GracefulShutdown` and starts a timer of `Configuration.gracePeriod`.
-/// 3. Escalation: a second signal, the grace period elapsing, or cancellation of the task running
-///    `run()` cancels every service still running.
+/// 1. Every service's `run(shutdown:)` starts in a child task, in the order given; each gets a
+///    `GracefulShutdown` of its own.
+/// 2. Graceful shutdown begins at the first of: a configured signal, `triggerGracefulShutdown()` (or,
+///    for a nested group, its parent's trigger), or a service ending whose termination behaviour is
+///    `shutDownGroup` (the default). The group starts its grace timer, when it has one, and asks its
+///    services to stop: all at once (`ShutdownOrder.concurrent`) or the last started first, each next
+///    one once the one after it has finished (`reverseStartOrder`).
+/// 3. Escalation: a second signal, the grace period elapsing, cancellation of the task running the
+///    group, or a service ending whose termination behaviour is `cancelGroup` cancels every service
+///    still running.
 /// 4. `run()` returns once every service has returned.
+///
+/// A group is itself a `Service`: nested in another group (`Configuration.nested(shutdownOrder:)`),
+/// it stops when the parent asks it to and is cancelled when the parent is, so that the outermost
+/// grace period bounds the whole tree.
 ///
 /// Decisions are made by `ServiceGroupStateMachine`; every step is logged.
 ///
@@ -21,28 +28,40 @@ import Foundation
 /// let outcome = try await group.run()
 /// exit(outcome.isGraceful ? 0 : 1)
 /// ```
-public struct ServiceGroup: Sendable {
-    private let services: [any Service]
+public struct ServiceGroup: Service {
+    private let services: [ServiceConfiguration]
     private let configuration: Configuration
     private let logger: Logger
-    private let shutdown = GracefulShutdown()
+    /// The group's own trigger: `triggerGracefulShutdown()` and, nested, the parent's trigger.
+    private let requested = GracefulShutdown()
 
-    /// Creates a group; nothing starts before `run()`.
+    /// Creates a group of services that shut the group down gracefully when they end; nothing starts
+    /// before `run()`.
     /// - Parameters:
     ///   - services: the services, started in this order (they then run concurrently).
-    ///   - configuration: signals and grace period.
+    ///   - configuration: signals, grace period and shutdown order.
     ///   - logger: receives one record per lifecycle step.
     public init(services: [any Service], configuration: Configuration = .init(), logger: Logger) {
-        self.services = services
+        self.init(configuredServices: services.map { ServiceConfiguration($0) }, configuration: configuration, logger: logger)
+    }
+
+    /// Creates a group of services with their names and termination behaviours; nothing starts before
+    /// `run()`.
+    /// - Parameters:
+    ///   - configuredServices: the services, started in this order (they then run concurrently).
+    ///   - configuration: signals, grace period and shutdown order.
+    ///   - logger: receives one record per lifecycle step.
+    public init(configuredServices: [ServiceConfiguration], configuration: Configuration = .init(), logger: Logger) {
+        self.services = configuredServices
         self.configuration = configuration
         self.logger = logger
     }
 
     /// Starts graceful shutdown as the first signal would; later calls do nothing (in particular they
-    /// never escalate). Callable before, during or after `run()`; before, the services see an already
-    /// triggered `GracefulShutdown`.
+    /// never escalate). Callable before, during or after `run()`; before, the group begins its
+    /// graceful shutdown as soon as it runs.
     public func triggerGracefulShutdown() {
-        shutdown.trigger()
+        requested.trigger()
     }
 
     /// Runs every service concurrently until all have returned. Call it once per group.
@@ -53,29 +72,33 @@ public struct ServiceGroup: Sendable {
     public func run() async throws -> Outcome {
         // Subscribe before any service starts, so that no signal falls between the two.
         let signalStream = configuration.signals.isEmpty ? nil : ProcessSignals.signals(configuration.signals)
-        let names = services.map { String(describing: type(of: $0)) }
+        let names = services.map(\.name)
         logger.info("service group starting", [
             "services": names.joined(separator: ","),
             "signals": configuration.signals.map(String.init).joined(separator: ","),
-            "grace_period": "\(configuration.gracePeriod)",
+            "grace_period": configuration.gracePeriod.map { "\($0)" } ?? "the parent's",
+            "shutdown_order": "\(configuration.shutdownOrder)",
         ])
+        let triggers = services.map { _ in GracefulShutdown() }
         let (outcome, error) = await withTaskGroup(of: ChildResult.self) { group in
-            var machine = ServiceGroupStateMachine(serviceCount: services.count)
-            for (index, service) in services.enumerated() {
-                let shutdown = self.shutdown
+            var machine = ServiceGroupStateMachine(
+                behaviours: services.map { .init(onSuccess: $0.successTerminationBehavior, onFailure: $0.failureTerminationBehavior) },
+                order: configuration.shutdownOrder)
+            for (index, configured) in services.enumerated() {
+                let shutdown = triggers[index]
                 group.addTask {
                     do {
-                        try await service.run(shutdown: shutdown)
+                        try await configured.service.run(shutdown: shutdown)
                         return .serviceFinished(index: index, error: nil)
                     } catch {
                         return .serviceFinished(index: index, error: error)
                     }
                 }
             }
-            let shutdown = self.shutdown
+            let requested = self.requested
             group.addTask {
-                await shutdown.wait()
-                return shutdown.isTriggered ? .shutdownRequested : .helperEnded
+                await requested.wait()
+                return requested.isTriggered ? .shutdownRequested : .helperEnded
             }
             if let signalStream { group.addTask { await Self.nextSignal(signalStream) } }
 
@@ -87,18 +110,25 @@ public struct ServiceGroup: Sendable {
                     switch action {
                     case .none:
                         break
-                    case .beginGracefulShutdown(let cause):
-                        logger.notice("graceful shutdown started", ["cause": cause.description, "grace_period": "\(configuration.gracePeriod)"])
-                        self.shutdown.trigger()
-                        let gracePeriod = configuration.gracePeriod
-                        group.addTask {
-                            do {
-                                try await Task.sleep(for: gracePeriod)
-                                return .gracePeriodElapsed
-                            } catch {
-                                return .helperEnded
+                    case .beginGracefulShutdown(let cause, let indexes):
+                        logger.notice("graceful shutdown started", [
+                            "cause": describe(cause, names), "grace_period": configuration.gracePeriod.map { "\($0)" } ?? "the parent's",
+                            "stopping": indexes.map { names[$0] }.joined(separator: ","),
+                        ])
+                        for index in indexes { triggers[index].trigger() }
+                        if let gracePeriod = configuration.gracePeriod {
+                            group.addTask {
+                                do {
+                                    try await Task.sleep(for: gracePeriod)
+                                    return .gracePeriodElapsed
+                                } catch {
+                                    return .helperEnded
+                                }
                             }
                         }
+                    case .shutDown(let indexes):
+                        logger.info("next services asked to stop", ["stopping": indexes.map { names[$0] }.joined(separator: ",")])
+                        for index in indexes { triggers[index].trigger() }
                     case .cancelServices(let outcome):
                         logger.warning("shutdown escalated: cancelling services", [
                             "reason": outcome.description, "still_running": "\(machine.runningCount)",
@@ -117,7 +147,11 @@ public struct ServiceGroup: Sendable {
                     switch child {
                     case .serviceFinished(let index, let error):
                         if let error {
-                            logger.error("service failed", ["service": names[index], "error": "\(error)"])
+                            if error is CancellationError, Task.isCancelled || !machine.wantsSignals {
+                                logger.info("service cancelled", ["service": names[index]])  // the reply to escalation
+                            } else {
+                                logger.error("service failed", ["service": names[index], "error": "\(error)"])
+                            }
                         } else {
                             logger.info("service finished", ["service": names[index]])
                         }
@@ -153,6 +187,38 @@ public struct ServiceGroup: Sendable {
         }
         logger.info("service group finished", ["outcome": outcome.description])
         return outcome
+    }
+
+    /// Runs the group as a service of another group: `shutdown` (the parent's trigger) begins its
+    /// graceful shutdown, cancellation by the parent cancels its services.
+    /// - Throws: the first error a service threw; `CancellationError` when the services were
+    ///   cancelled because the parent cancelled the group; `NotGraceful` when the group escalated on its
+    ///   own (a service with termination behaviour `cancelGroup`).
+    public func run(shutdown: GracefulShutdown) async throws {
+        let link = shutdown.onTrigger { [requested] in requested.trigger() }
+        defer { shutdown.removeHandler(link) }
+        let outcome = try await run()
+        switch outcome {
+        case .graceful: return
+        case .cancelled: throw CancellationError()
+        default: throw NotGraceful(outcome: outcome)
+        }
+    }
+
+    /// A nested group had to cancel its services for a reason of its own.
+    public struct NotGraceful: Error, CustomStringConvertible {
+        /// Why it cancelled them.
+        public let outcome: Outcome
+        /// For logs: `service group escalated: …`.
+        public var description: String { "service group escalated: \(outcome)" }
+    }
+
+    private func describe(_ cause: ServiceGroupStateMachine.ShutdownCause, _ names: [String]) -> String {
+        switch cause {
+        case .serviceReturned(let index): "\(names[index]) returned"
+        case .serviceFailed(let index): "\(names[index]) failed"
+        default: cause.description
+        }
     }
 
     /// What a child task of `run()` reports when it ends.

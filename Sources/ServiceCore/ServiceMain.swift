@@ -11,9 +11,10 @@ import Foundation
 ///   0, or 2 when a setting is bad, without binding or connecting.
 /// - `PROGRAM`: runs the same `load`; any problem is logged, one line each, and the process exits 1
 ///   before anything starts. Otherwise `Launch.start` builds the services, which run in one
-///   `ServiceGroup` (SIGTERM/SIGINT → graceful shutdown, bounded by `Launch.gracePeriod`); the
-///   `Launch.infrastructure` services (admin ports) start first and stop after the group returns.
-///   Exit 0 after a graceful stop, 1 otherwise.
+///   `ServiceGroup` (SIGTERM/SIGINT → graceful shutdown, bounded by `Launch.gracePeriod`) stopped in
+///   reverse start order: the `Start.infrastructure` services (admin ports) start first and are asked
+///   to stop only once the program's services (a nested group) have returned. Exit 0 after a graceful
+///   stop, 1 otherwise.
 ///
 /// `LOG_LEVEL` and `LOG_FORMAT` are read (and checked) for every program.
 public struct ServiceMain: Sendable {
@@ -36,7 +37,7 @@ public struct ServiceMain: Sendable {
 
     /// The services of a started process.
     public struct Start: Sendable {
-        /// The program's own services, run in one `ServiceGroup` in this order.
+        /// The program's own services, run in one `ServiceGroup` in this order and stopped together.
         public var services: [any Service]
         /// Services that serve the others (admin ports): started before the group, asked to shut down
         /// gracefully only once the group has returned (so `/metrics` and `/readyz` answer during the
@@ -170,37 +171,37 @@ public struct ServiceMain: Sendable {
             logger.critical("\(program) failed to start: \(error)")
             return 1
         }
+        // One tree under one grace period: the infrastructure (admin ports) started first and asked to
+        // stop only once the program's own services (a nested group, stopped together) have returned.
+        let lifecycle = logger.with(["component": "lifecycle"])
+        let services = ServiceGroup(services: started.services, configuration: .nested(shutdownOrder: .concurrent), logger: lifecycle)
         let group = ServiceGroup(
-            services: started.services, configuration: .init(gracePeriod: launch.gracePeriod),
-            logger: logger.with(["component": "lifecycle"]))
-        let infrastructureShutdown = GracefulShutdown()
-        return await withTaskGroup(of: Bool.self) { tasks in
-            for service in started.infrastructure {
-                tasks.addTask {
-                    do {
-                        try await service.run(shutdown: infrastructureShutdown)
-                    } catch {
-                        logger.critical("\(program): \(type(of: service)) failed: \(error)")
-                    }
-                    guard infrastructureShutdown.isTriggered else {
-                        group.triggerGracefulShutdown()
-                        return false
-                    }
-                    return true
-                }
-            }
-            var status: Int32
-            do {
-                let outcome = try await group.run()
-                logger.info("\(program) exiting", ["outcome": "\(outcome)"])
-                status = outcome.isGraceful ? 0 : 1
-            } catch {
-                logger.critical("\(program) failed: \(error)")
-                status = 1
-            }
-            infrastructureShutdown.trigger()
-            for await ended in tasks where !ended { status = 1 }
-            return status
+            configuredServices: started.infrastructure.map { .init(Infrastructure(service: $0), name: String(describing: type(of: $0))) }
+                + [.init(services, name: program)],
+            configuration: .init(gracePeriod: launch.gracePeriod, shutdownOrder: .reverseStartOrder), logger: lifecycle)
+        do {
+            let outcome = try await group.run()
+            logger.info("\(program) exiting", ["outcome": "\(outcome)"])
+            return outcome.isGraceful ? 0 : 1
+        } catch {
+            logger.critical("\(program) failed: \(error)")
+            return 1
         }
+    }
+}
+
+/// An infrastructure service of `ServiceMain`: ending before it was asked to stop is a failure (the
+/// tree shuts down and the process exits 1).
+private struct Infrastructure: Service {
+    struct EndedEarly: Error, CustomStringConvertible {
+        let name: String
+        var description: String { "\(name) ended before it was asked to stop" }
+    }
+
+    let service: any Service
+
+    func run(shutdown: GracefulShutdown) async throws {
+        try await service.run(shutdown: shutdown)
+        if !shutdown.isTriggered, !Task.isCancelled { throw EndedEarly(name: String(describing: type(of: service))) }
     }
 }

@@ -230,12 +230,13 @@ struct SendLogRetentionTests {
         await pool.close()
     }
 
-    @Test func runDeletesPeriodicallyAndStopsOnCancellation() async throws {
+    @Test func runDeletesPeriodicallyAndStopsOnGracefulShutdown() async throws {
         let pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url))
         try await pool.start()
         try await TokenStore(pool: pool).migrate()
-        let retention = SendLogRetention(pool: pool, retention: .seconds(60), batchSize: 10)
-        let loop = Task { await retention.run(every: .milliseconds(20)) }
+        let retention = SendLogRetention(pool: pool, retention: .seconds(60), batchSize: 10, interval: .milliseconds(20))
+        let shutdown = GracefulShutdown()
+        let loop = Task { await retention.run(shutdown: shutdown) }
         try await Self.insert(pool, prefix: "loop-", count: 15, age: "2 minutes")
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(20)
@@ -243,7 +244,7 @@ struct SendLogRetentionTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         #expect(try await Self.remaining(pool, prefix: "loop-") == 0)
-        loop.cancel()
+        shutdown.trigger()
         await loop.value
         await pool.close()
     }
