@@ -1,3 +1,4 @@
+import PushDomain
 /// The `apns-push-type` header: what a notification does, which topic suffix and token kind it needs.
 ///
 /// Source: docs/apns-protocol.md §2 "Push types, topics and priority" (Apple, *Sending notification

@@ -1,3 +1,4 @@
+import ProtobufCodec
 import ServiceCore
 
 /// A JWS in compact serialization (RFC 7515 §7.1) carrying JWT claims (RFC 7519): the parsing and
@@ -32,12 +33,12 @@ public struct JSONWebToken: Sendable {
     public init(parsing token: String) throws(ParseError) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw ParseError(message: "a JWT has 3 dot-separated parts, this one has \(parts.count)") }
-        guard let headerBytes = Base64URL.decode(parts[0]), let claimsBytes = Base64URL.decode(parts[1]) else {
+        guard let headerBytes = Base64.decode(parts[0], alphabet: .url), let claimsBytes = Base64.decode(parts[1], alphabet: .url) else {
             throw ParseError(message: "the JWT header or claims are not base64url")
         }
         guard case .object(let header)? = try? JSONValue.parse(headerBytes) else { throw ParseError(message: "the JWT header is not a JSON object") }
         guard case .object(let claims)? = try? JSONValue.parse(claimsBytes) else { throw ParseError(message: "the JWT claims are not a JSON object") }
-        guard let signature = Base64URL.decode(parts[2]) else { throw ParseError(message: "the JWT signature is not base64url") }
+        guard let signature = Base64.decode(parts[2], alphabet: .url) else { throw ParseError(message: "the JWT signature is not base64url") }
         self.header = header
         self.claims = claims
         if case .string(let algorithm)? = header["alg"] { self.algorithm = algorithm } else { self.algorithm = nil }
@@ -95,14 +96,14 @@ public struct JSONWebToken: Sendable {
     ///   - claimsJSON: the claims object's JSON text.
     ///   - secret: the shared secret.
     public static func signHS256(headerJSON: String, claimsJSON: String, secret: [UInt8]) -> String {
-        let input = Base64URL.encode(Array(headerJSON.utf8)) + "." + Base64URL.encode(Array(claimsJSON.utf8))
-        return input + "." + Base64URL.encode(Digest.hmacSHA256(key: secret, Array(input.utf8)))
+        let input = Base64.encodeURL(Array(headerJSON.utf8)) + "." + Base64.encodeURL(Array(claimsJSON.utf8))
+        return input + "." + Base64.encodeURL(Digest.hmacSHA256(key: secret, Array(input.utf8)))
     }
 
     /// Signs `claimsJSON` with ES256 (raw R‖S) under `key`.
     /// - Throws: `APNsError` `.signingFailed` when OpenSSL cannot sign.
     public static func signES256(headerJSON: String, claimsJSON: String, key: APNsSigningKey) throws(APNsError) -> String {
-        let input = Base64URL.encode(Array(headerJSON.utf8)) + "." + Base64URL.encode(Array(claimsJSON.utf8))
-        return input + "." + Base64URL.encode(try key.sign(Array(input.utf8)))
+        let input = Base64.encodeURL(Array(headerJSON.utf8)) + "." + Base64.encodeURL(Array(claimsJSON.utf8))
+        return input + "." + Base64.encodeURL(try key.sign(Array(input.utf8)))
     }
 }

@@ -1,6 +1,8 @@
 import APNs
 import Foundation
 import HTTP2
+import ProtobufCodec
+import PushDomain
 import Synchronization
 
 /// One request a push listener received, and what the simulator did with it.
@@ -45,8 +47,8 @@ public struct APNsSimulatorRecord: Sendable {
         let token = authorization.hasPrefix("bearer ") ? authorization.dropFirst(7) : Substring(authorization)
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let header = Base64URL.decode(parts[0]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
-              let claims = Base64URL.decode(parts[1]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
+              let header = Base64.decode(parts[0], alphabet: .url).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
+              let claims = Base64.decode(parts[1], alphabet: .url).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
         else { return nil }
         return (header, claims)
     }

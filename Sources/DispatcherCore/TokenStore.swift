@@ -1,6 +1,6 @@
-import APNs
 import Foundation
 import Postgres
+import PushDomain
 import PushMessages
 
 /// The device-token table and the send log in PostgreSQL. Every statement is parameterized.
