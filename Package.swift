@@ -29,22 +29,30 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
-        // Foundations.
-        .target(name: "ServiceCore", dependencies: ["COpenSSL"]),
+        // Foundations, bottom up. Each target's one job and the imports it may have are in docs/modules.md,
+        // which Tests/ModuleGraphTests checks against the import lines and the dependencies below.
+        // The codecs (protobuf, JSON, base64, JWT compact form): no dependency.
         .target(name: "ProtobufCodec"),
+        // Services, settings, logging, metrics, digests: what every process needs.
+        .target(name: "ServiceCore", dependencies: ["COpenSSL", "ProtobufCodec"]),
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
-        .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),
+        // The push domain's shared rules: device tokens, apns-ids, environments, token kinds, topic names.
         .target(name: "PushDomain", dependencies: ["PushMessages"]),
-        .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
+        // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
+        .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
         .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
+        // The development broker: a mock cluster with the project's topics (kafka-dev-broker).
+        .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
+        // The APNs client; the simulator, with the provider-token verification only it does.
         .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
-        // Service logic, testable without the executables.
+        // Service logic, testable without the executables. DispatcherStatus: what PostgreSQL says about a
+        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status.
         .target(
             name: "RegistrationServiceCore",
             dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
@@ -55,7 +63,7 @@ let package = Package(
                 "AdminHTTP", "APNs", "DispatcherStatus", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
             ]),
 
-        // Executables: a few lines of main.swift each.
+        // Executables: a few lines of main.swift each (apns-bench: the APNs client against the simulator, measured).
         .executableTarget(
             name: "registration-service",
             dependencies: ["AdminHTTP", "GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
@@ -66,7 +74,8 @@ let package = Package(
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "PushDomain", "ServiceCore"]),
         // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
         // request status, simulator faults). Its logic is in PushCtlCore, tested without I/O; the request
-        // status is read as the dispatcher reads it (DispatcherCore's RequestStatusReader).
+        // status is read as the dispatcher reads it (DispatcherStatus's RequestStatusReader); the audience
+        // count of a dry run still comes from DispatcherCore's AudienceQuery (docs/modules.md).
         .target(
             name: "PushCtlCore",
             dependencies: [
@@ -92,7 +101,7 @@ if hasTests {
         // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
         .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],
             exclude: ["Python"]),

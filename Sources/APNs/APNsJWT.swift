@@ -27,9 +27,8 @@ public struct APNsJWT: Hashable, Sendable, CustomStringConvertible {
     public init(keyID: String, teamID: String, issuedAt: Int64, signingKey: APNsSigningKey) throws(APNsError) {
         let header = "{\"alg\":\"ES256\",\"kid\":\(JSONValue.quote(keyID))}"
         let claims = "{\"iss\":\(JSONValue.quote(teamID)),\"iat\":\(issuedAt)}"
-        let signingInput = Base64.encodeURL(Array(header.utf8)) + "." + Base64.encodeURL(Array(claims.utf8))
-        let signature = try signingKey.sign(Array(signingInput.utf8))
-        self.token = signingInput + "." + Base64.encodeURL(signature)
+        let signingInput = JSONWebToken.signingInput(headerJSON: header, claimsJSON: claims)
+        self.token = JSONWebToken.compact(signingInput: signingInput, signature: try signingKey.sign(Array(signingInput.utf8)))
         self.keyID = keyID
         self.teamID = teamID
         self.issuedAt = issuedAt

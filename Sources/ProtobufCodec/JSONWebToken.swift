@@ -1,9 +1,8 @@
-import ProtobufCodec
-import ServiceCore
-
-/// A JWS in compact serialization (RFC 7515 §7.1) carrying JWT claims (RFC 7519): the parsing and
-/// signature checks that APNs provider tokens (``APNsJWTVerifier``) and the registration service's
-/// user-bound tokens share. Policy (which `alg` and key, which claims) stays with the caller.
+/// A JWS in compact serialization (RFC 7515 §7.1) carrying JWT claims (RFC 7519): the project's one
+/// JWT encoder and decoder, shared by the APNs client (provider tokens), the simulator and the
+/// registration service (its callers' tokens). No cryptography here: signing and verifying live with
+/// the keys (the APNs module's ES256 keys, the registration service's HS256 secrets), and policy
+/// (which `alg` and key, which claims) stays with the caller.
 public struct JSONWebToken: Sendable {
     /// Why a token could not be parsed.
     public struct ParseError: Error, Sendable, CustomStringConvertible {
@@ -24,9 +23,10 @@ public struct JSONWebToken: Sendable {
     public let headerJSON: String
     /// The decoded claims JSON text.
     public let claimsJSON: String
-
-    let header: [String: JSONValue]
-    let claims: [String: JSONValue]
+    /// The header object.
+    public let header: JSONObject
+    /// The claims object.
+    public let claims: JSONObject
 
     /// Parses `token` (no `Bearer ` prefix).
     /// - Throws: `ParseError` when it is not three base64url parts whose first two are JSON objects.
@@ -36,8 +36,8 @@ public struct JSONWebToken: Sendable {
         guard let headerBytes = Base64.decode(parts[0], alphabet: .url), let claimsBytes = Base64.decode(parts[1], alphabet: .url) else {
             throw ParseError(message: "the JWT header or claims are not base64url")
         }
-        guard case .object(let header)? = try? JSONValue.parse(headerBytes) else { throw ParseError(message: "the JWT header is not a JSON object") }
-        guard case .object(let claims)? = try? JSONValue.parse(claimsBytes) else { throw ParseError(message: "the JWT claims are not a JSON object") }
+        guard case .object(let header)? = try? JSONValue(parsing: headerBytes) else { throw ParseError(message: "the JWT header is not a JSON object") }
+        guard case .object(let claims)? = try? JSONValue(parsing: claimsBytes) else { throw ParseError(message: "the JWT claims are not a JSON object") }
         guard let signature = Base64.decode(parts[2], alphabet: .url) else { throw ParseError(message: "the JWT signature is not base64url") }
         self.header = header
         self.claims = claims
@@ -70,40 +70,13 @@ public struct JSONWebToken: Sendable {
     /// Whether the claims have `name` at all.
     public func hasClaim(_ name: String) -> Bool { claims[name] != nil }
 
-    /// Whether the signature is a valid ES256 signature (ECDSA P-256 + SHA-256, RFC 7518 §3.4) by
-    /// `key`, as 64-byte raw R‖S (what JWS specifies) or, when `acceptDER`, ASN.1 DER.
-    public func verifiesES256(with key: APNsPublicKey, acceptDER: Bool = false) -> Bool {
-        let der: [UInt8]
-        if signature.count == 64, let converted = OpenSSLKey.derSignature(fromRaw: signature) {
-            der = converted
-        } else if acceptDER, signature.first == 0x30, OpenSSLKey.rawSignature(fromDER: signature) != nil {
-            der = signature
-        } else {
-            return false
-        }
-        return key.key.verifyES256(signingInput, derSignature: der)
+    /// What a signature covers: `BASE64URL(headerJSON) '.' BASE64URL(claimsJSON)` (RFC 7515 §7.1).
+    public static func signingInput(headerJSON: String, claimsJSON: String) -> String {
+        Base64.encodeURL(Array(headerJSON.utf8)) + "." + Base64.encodeURL(Array(claimsJSON.utf8))
     }
 
-    /// Whether the signature is the HMAC-SHA-256 of the signing input under `secret` (HS256,
-    /// RFC 7518 §3.2), compared in constant time.
-    public func verifiesHS256(secret: [UInt8]) -> Bool {
-        Digest.constantTimeEquals(Digest.hmacSHA256(key: secret, signingInput), signature)
-    }
-
-    /// Signs `claimsJSON` with HS256 (tests and development tools; the service only verifies).
-    /// - Parameters:
-    ///   - headerJSON: the header object's JSON text, with `"alg":"HS256"`.
-    ///   - claimsJSON: the claims object's JSON text.
-    ///   - secret: the shared secret.
-    public static func signHS256(headerJSON: String, claimsJSON: String, secret: [UInt8]) -> String {
-        let input = Base64.encodeURL(Array(headerJSON.utf8)) + "." + Base64.encodeURL(Array(claimsJSON.utf8))
-        return input + "." + Base64.encodeURL(Digest.hmacSHA256(key: secret, Array(input.utf8)))
-    }
-
-    /// Signs `claimsJSON` with ES256 (raw R‖S) under `key`.
-    /// - Throws: `APNsError` `.signingFailed` when OpenSSL cannot sign.
-    public static func signES256(headerJSON: String, claimsJSON: String, key: APNsSigningKey) throws(APNsError) -> String {
-        let input = Base64.encodeURL(Array(headerJSON.utf8)) + "." + Base64.encodeURL(Array(claimsJSON.utf8))
-        return input + "." + Base64.encodeURL(try key.sign(Array(input.utf8)))
+    /// The compact serialization: `signingInput '.' BASE64URL(signature)`.
+    public static func compact(signingInput: String, signature: [UInt8]) -> String {
+        signingInput + "." + Base64.encodeURL(signature)
     }
 }
