@@ -2,7 +2,7 @@ import Foundation
 
 /// The project's one host-name resolver, for every outgoing connection: `getaddrinfo` afresh each time
 /// (no cache; docs/apns-protocol.md §6: "Do an uncached DNS lookup before each connection"), on a
-/// short-lived thread of its own for a name (it blocks, so never on the cooperative pool).
+/// short-lived thread of its own (it blocks, so never on the cooperative pool).
 public enum HostResolver {
     /// The numeric addresses of `host` (IPv4 and IPv6, in resolver order, duplicates removed), e.g.
     /// `["17.188.143.34", "2620:149:208:43a::c"]`.
@@ -10,7 +10,12 @@ public enum HostResolver {
     public static func numericAddresses(host: String, port: Int) async throws(HTTP2Error) -> [String] {
         let resolved: [SocketOps.Address]
         do {
-            resolved = try await SocketOps.resolveAsync(host: host, port: port)
+            // Always on a thread of its own, even for `localhost` (getaddrinfo reads /etc/hosts).
+            resolved = try await withCheckedThrowingContinuation { continuation in
+                let thread = Thread { continuation.resume(with: Result { try SocketOps.resolve(host: host, port: port) }) }
+                thread.name = "dns-resolve"
+                thread.start()
+            }
         } catch let error as HTTP2Error {
             throw error
         } catch {
