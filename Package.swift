@@ -39,7 +39,7 @@ let package = Package(
         // The push domain's shared rules: device tokens, apns-ids, environments, token kinds, topic names.
         .target(name: "PushDomain", dependencies: ["PushMessages"]),
         // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
-        .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),
+        .target(name: "Kafka", dependencies: ["CRdKafka", "ProtobufCodec", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
         .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),

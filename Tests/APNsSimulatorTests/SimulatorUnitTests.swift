@@ -29,7 +29,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         #expect(faults.dropAfterStreams == 9 && faults.unansweredShare == 0.25 && faults.maxConcurrentStreams == 10)
         #expect(faults.maxConcurrentStreamsSchedule == [.init(after: .milliseconds(100), value: 1)])
         #expect(faults.hungTokens == .init(share: 0.02, tokens: ["ab" * 32]))
-        let again = try APNsSimulatorFaults(jsonObject: faults.jsonObject)
+        let again = try APNsSimulatorFaults(json: Array(try JSONSerialization.data(withJSONObject: faults.jsonObject)))
         #expect(again == faults)
         #expect(try APNsSimulatorFaults(json: Array("{}".utf8)) == APNsSimulatorFaults())
     }
