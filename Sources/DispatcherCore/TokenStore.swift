@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import ProtobufCodec
 import PushDomain
 import PushMessages
 
@@ -285,8 +286,15 @@ public final class TokenStore: Sendable {
         PostgresArrayLiteral.text(values)
     }
 
+    /// `attributes` as a JSON object (keys sorted), for a `jsonb` parameter; written by the project's one JSON writer.
     static func jsonObject(_ attributes: [String: String]) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: attributes, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return String(decoding: data, as: UTF8.self)
+        var writer = JSONWriter()
+        writer.beginObject()
+        for key in attributes.keys.sorted() {
+            writer.writeKey(key)
+            writer.writeString(attributes[key]!)
+        }
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
     }
 }
