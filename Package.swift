@@ -29,42 +29,59 @@ let package = Package(
         .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
 
-        // Foundations.
-        .target(name: "ServiceCore", dependencies: ["COpenSSL"]),
+        // Foundations, bottom up. Each target's one job and the imports it may have are in docs/modules.md,
+        // which Tests/ModuleGraphTests checks against the import lines and the dependencies below.
+        // The codecs (protobuf, JSON, base64, JWT compact form): no dependency.
         .target(name: "ProtobufCodec"),
+        // Services, settings, logging, metrics, digests: what every process needs.
+        .target(name: "ServiceCore", dependencies: ["COpenSSL", "ProtobufCodec"]),
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
-        .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceCore"]),
+        // The push domain's shared rules: device tokens, apns-ids, environments, token kinds, topic names.
+        .target(name: "PushDomain", dependencies: ["PushMessages"]),
+        // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
+        .target(name: "Kafka", dependencies: ["CRdKafka", "ProtobufCodec", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
         .target(name: "HTTP2", dependencies: ["CNghttp2", "COpenSSL", "ServiceCore"]),
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
-        .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "PushMessages", "ServiceCore"]),
-        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ServiceCore"]),
+        // The development broker: a mock cluster with the project's topics (kafka-dev-broker).
+        .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
+        // The APNs client; the simulator, with the provider-token verification only it does.
+        .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
+        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
-        // Service logic, testable without the executables.
+        // Service logic, testable without the executables. DispatcherStatus: what PostgreSQL says about a
+        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status.
         .target(
             name: "RegistrationServiceCore",
-            dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
+        .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushMessages"]),
         .target(
             name: "DispatcherCore",
-            dependencies: ["AdminHTTP", "APNs", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: [
+                "AdminHTTP", "APNs", "DispatcherStatus", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
+            ]),
 
-        // Executables: a few lines of main.swift each.
+        // Executables: a few lines of main.swift each (apns-bench: the APNs client against the simulator, measured).
         .executableTarget(
             name: "registration-service",
             dependencies: ["AdminHTTP", "GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
         .executableTarget(
             name: "dispatcher", dependencies: ["AdminHTTP", "APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
         .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "HTTP2", "ServiceCore"]),
-        .executableTarget(name: "kafka-dev-broker", dependencies: ["Kafka", "ServiceCore"]),
-        .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "ServiceCore"]),
+        .executableTarget(name: "kafka-dev-broker", dependencies: ["KafkaDevBroker"]),
+        .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "PushDomain", "ServiceCore"]),
         // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
         // request status, simulator faults). Its logic is in PushCtlCore, tested without I/O; the request
-        // status is read as the dispatcher reads it (DispatcherCore's RequestStatusReader).
+        // status is read as the dispatcher reads it (DispatcherStatus's RequestStatusReader); the audience
+        // count of a dry run still comes from DispatcherCore's AudienceQuery (docs/modules.md).
         .target(
             name: "PushCtlCore",
-            dependencies: ["APNs", "DispatcherCore", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushMessages", "ServiceCore"]),
+            dependencies: [
+                "DispatcherCore", "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages",
+                "ServiceCore",
+            ]),
         .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
     ]
 )
@@ -76,7 +93,7 @@ if hasTests {
         .testTarget(name: "ServiceCoreTests", dependencies: ["PushTestSupport", "ServiceCore"]),
         .testTarget(name: "AdminHTTPTests", dependencies: ["AdminHTTP", "ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "ServiceCore"]),
+        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "KafkaDevBroker", "ServiceCore"]),
         // Helpers shared by test targets: a real PostgreSQL per suite, running outside programs.
         .target(name: "PushTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PushTestSupport", "ServiceCore"]),
@@ -84,17 +101,25 @@ if hasTests {
         // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
         .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
-            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushTestSupport", "ServiceCore"],
+            name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],
             exclude: ["Python"]),
-        .testTarget(name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(
+            name: "APNsClientTests", dependencies: ["APNs", "APNsSimulator", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],
+            exclude: ["Python"]),
         .testTarget(
             name: "DispatcherCoreTests",
-            dependencies: ["DispatcherCore", "APNs", "APNsSimulator", "Kafka", "Postgres", "PushTestSupport", "PushMessages", "ServiceCore"]),
+            dependencies: [
+                "DispatcherCore", "APNs", "APNsSimulator", "DispatcherStatus", "Kafka", "Postgres", "PushDomain", "PushTestSupport", "PushMessages", "ServiceCore",
+            ]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
-            dependencies: ["RegistrationServiceCore", "APNs", "GRPC", "Kafka", "PushMessages", "PushTestSupport", "ServiceCore"]),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherCore", "PushCtlCore", "PushMessages", "ServiceCore"]),
+            dependencies: [
+                "RegistrationServiceCore", "APNs", "GRPC", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "PushTestSupport", "ServiceCore",
+            ]),
+        // docs/modules.md's import graph against Sources/ and this manifest (reads files only).
+        .testTarget(name: "ModuleGraphTests"),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherCore", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }

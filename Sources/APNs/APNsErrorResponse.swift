@@ -1,3 +1,4 @@
+import ProtobufCodec
 /// An APNs error response body, `{"reason":"<string>"}` plus, for 410 only, `"timestamp":<ms>`
 /// (docs/apns-protocol.md §3). GOAWAY debug data carries the same JSON.
 public struct APNsErrorResponse: Hashable, Sendable {
@@ -15,7 +16,7 @@ public struct APNsErrorResponse: Hashable, Sendable {
 
     /// Parses `body` robustly: never throws and never traps; unknown reasons become `.unknown`.
     public init(parsing body: [UInt8]) {
-        guard case .object(let object)? = try? JSONValue.parse(body) else {
+        guard case .object(let object)? = try? JSONValue(parsing: body) else {
             self.init(reason: nil)
             return
         }

@@ -1,3 +1,4 @@
+import ProtobufCodec
 /// Checks an ``APNsRequest`` before it is sent, so a notification APNs would refuse fails at once with
 /// Apple's reason instead of costing a round trip (4xx responses also cut throughput,
 /// docs/apns-protocol.md §3).
@@ -62,12 +63,12 @@ public struct APNsNotificationValidator: Sendable {
         if checksPayloadAgainstPushType { try Self.checkPayload(root, type) }
     }
 
-    private static func parseObject(_ payload: [UInt8]) throws(APNsError) -> [String: JSONValue] {
+    private static func parseObject(_ payload: [UInt8]) throws(APNsError) -> JSONObject {
         guard String(validating: payload, as: UTF8.self) != nil else {
             throw APNsError(code: .invalidRequest, message: "the payload is not valid UTF-8")
         }
         let value: JSONValue
-        do { value = try JSONValue.parse(payload) } catch {
+        do { value = try JSONValue(parsing: payload) } catch {
             throw APNsError(code: .invalidRequest, message: "the payload is not valid JSON: \(error.description)")
         }
         guard case .object(let root) = value else {
@@ -93,11 +94,11 @@ public struct APNsNotificationValidator: Sendable {
         }
     }
 
-    private static func checkPayload(_ root: [String: JSONValue], _ type: APNsPushType) throws(APNsError) {
+    private static func checkPayload(_ root: JSONObject, _ type: APNsPushType) throws(APNsError) {
         func mismatch(_ message: String) -> APNsError {
             APNsError(code: .payloadDoesNotMatchPushType, message: message)
         }
-        var aps: [String: JSONValue] = [:]
+        var aps = JSONObject()
         if case .object(let object)? = root["aps"] { aps = object }
         let userVisible = ["alert", "badge", "sound"].filter { aps[$0] != nil }
         switch type {

@@ -1,3 +1,5 @@
+import ProtobufCodec
+import PushDomain
 /// The `apns-push-type` header: what a notification does, which topic suffix and token kind it needs.
 ///
 /// Source: docs/apns-protocol.md §2 "Push types, topics and priority" (Apple, *Sending notification
@@ -71,7 +73,7 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable, CustomString
     /// - Parameter payload: the exact body bytes (parsed only to look; never re-serialized).
     public func tokenKind(forPayload payload: [UInt8]) -> APNsTokenKind {
         guard self == .liveactivity,
-              case .object(let root)? = try? JSONValue.parse(payload),
+              case .object(let root)? = try? JSONValue(parsing: payload),
               case .object(let aps)? = root["aps"],
               case .string("start")? = aps["event"]
         else { return tokenKind }

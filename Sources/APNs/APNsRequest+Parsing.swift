@@ -1,3 +1,4 @@
+import PushDomain
 extension APNsRequest {
     /// Parses an incoming HTTP/2 device-push request the way APNs does (for the simulator), refusing
     /// it with Apple's reason and status (docs/apns-protocol.md §2).
@@ -32,7 +33,8 @@ extension APNsRequest {
         guard path.hasPrefix(prefix) else { throw .rejected(.badPath, ":path \(path) is not /3/device/<token>") }
         let tokenText = String(path.dropFirst(prefix.count))
         guard !tokenText.isEmpty else { throw .rejected(.missingDeviceToken, ":path has no device token") }
-        let token = try DeviceToken(validating: tokenText)
+        let token: DeviceToken
+        do throws(PushDomainError) { token = try DeviceToken(validating: tokenText) } catch { throw APNsError(error) }
         var pushType = APNsPushType.alert
         if let value = fields["apns-push-type"] {
             guard let parsed = APNsPushType(rawValue: value) else {
@@ -49,7 +51,9 @@ extension APNsRequest {
             priority = APNsPriority(rawValue: number)
         }
         let expiration = try APNsExpiration(headerValue: fields["apns-expiration"])
-        let apnsID = try fields["apns-id"].map { text throws(APNsError) in try APNsID(validating: text) }
+        let apnsID = try fields["apns-id"].map { text throws(APNsError) in
+            do throws(PushDomainError) { return try APNsID(validating: text) } catch { throw APNsError(error) }
+        }
         self.init(
             deviceToken: token, topic: topic, pushType: pushType, priority: priority, expiration: expiration,
             collapseID: fields["apns-collapse-id"], apnsID: apnsID, payload: body)

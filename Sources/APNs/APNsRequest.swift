@@ -1,3 +1,4 @@
+import PushDomain
 /// One device push as it goes to APNs: `POST /3/device/<token>` with the `apns-*` headers and the
 /// payload's exact bytes (docs/apns-protocol.md §2).
 ///

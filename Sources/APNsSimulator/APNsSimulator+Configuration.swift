@@ -1,6 +1,8 @@
 import APNs
 import Foundation
 import HTTP2
+import ProtobufCodec
+import PushDomain
 import ServiceCore
 
 extension APNsSimulator {
@@ -140,18 +142,7 @@ extension APNsSimulator {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw APNsSimulatorError(.invalidConfiguration, "config file \(path) cannot be read")
             }
-            let object: [String: Any]
-            do {
-                guard let parsed = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-                    throw APNsSimulatorError(.invalidConfiguration, "config file \(path): expected a JSON object")
-                }
-                object = parsed
-            } catch let error as APNsSimulatorError {
-                throw error
-            } catch {
-                throw APNsSimulatorError(.invalidConfiguration, "config file \(path) is not JSON: \(error.localizedDescription)")
-            }
-            var reader = JSONReader(object, path: "config")
+            var reader = JSONReader(try JSONReader.object(parsing: Array(data), "config file \(path)"), path: "config")
             if let faults = try reader.object("faults") { self.faults = try APNsSimulatorFaults(jsonObject: faults) }
             if let tokens = try reader.array("tokens") {
                 registrations += try tokens.enumerated().map { (index, item) throws(APNsSimulatorError) in
@@ -170,8 +161,8 @@ extension APNsSimulator {
 }
 
 extension APNsSimulator.TokenRegistration {
-    init(jsonObject: Any, path: String) throws(APNsSimulatorError) {
-        guard let object = jsonObject as? [String: Any] else {
+    init(jsonObject: JSONValue, path: String) throws(APNsSimulatorError) {
+        guard case .object(let object) = jsonObject else {
             throw APNsSimulatorError(.invalidConfiguration, "\(path): expected an object")
         }
         var reader = JSONReader(object, path: path)
@@ -189,8 +180,8 @@ extension APNsSimulator.TokenRegistration {
 }
 
 extension APNsSimulator.TokenInvalidation {
-    init(jsonObject: Any, path: String, now: Int64) throws(APNsSimulatorError) {
-        guard let object = jsonObject as? [String: Any] else {
+    init(jsonObject: JSONValue, path: String, now: Int64) throws(APNsSimulatorError) {
+        guard case .object(let object) = jsonObject else {
             throw APNsSimulatorError(.invalidConfiguration, "\(path): expected an object")
         }
         var reader = JSONReader(object, path: path)

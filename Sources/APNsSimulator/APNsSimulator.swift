@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import HTTP2
+import PushDomain
 import ServiceCore
 
 /// A stand-in for Apple's APNs servers, for tests, benchmarks and staging systems.

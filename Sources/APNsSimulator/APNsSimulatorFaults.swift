@@ -1,3 +1,5 @@
+import ProtobufCodec
+import PushDomain
 import ServiceCore
 import APNs
 import Foundation
@@ -207,21 +209,12 @@ extension APNsSimulatorFaults {
     /// Parses the JSON form shown on the type.
     /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming the key that is malformed or unknown.
     public init(json: [UInt8]) throws(APNsSimulatorError) {
-        let object: Any
-        do {
-            object = try JSONSerialization.jsonObject(with: Data(json))
-        } catch {
-            throw APNsSimulatorError(.invalidConfiguration, "faults: not JSON: \(error.localizedDescription)")
-        }
-        guard let dictionary = object as? [String: Any] else {
-            throw APNsSimulatorError(.invalidConfiguration, "faults: expected a JSON object")
-        }
-        try self.init(jsonObject: dictionary)
+        try self.init(jsonObject: try JSONReader.object(parsing: json, "faults"))
     }
 
-    /// Parses an already decoded JSON object (see the type's documentation).
+    /// Parses an object read by the project's JSON reader (see the type's documentation).
     /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming the key that is malformed or unknown.
-    public init(jsonObject object: [String: Any]) throws(APNsSimulatorError) {
+    public init(jsonObject object: JSONObject) throws(APNsSimulatorError) {
         self.init()
         var reader = JSONReader(object, path: "faults")
         if let latencyObject = try reader.object("latency") {
@@ -245,11 +238,12 @@ extension APNsSimulatorFaults {
         }
         if let shares = try reader.object("status_shares") {
             var total = 0.0
-            for (key, raw) in shares {
+            for member in shares.members {
+                let (key, raw) = (member.key, member.value)
                 guard let status = Int(key), [429, 500, 503].contains(status) else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares: keys are \"429\", \"500\" and \"503\", got \"\(key)\"")
                 }
-                guard let share = (raw as? NSNumber)?.doubleValue, share >= 0, share <= 1 else {
+                guard let share = JSONReader.number(raw), share >= 0, share <= 1 else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.status_shares.\(key): expected a number in 0…1")
                 }
                 if share > 0 { statusShares[status] = share }
@@ -260,12 +254,13 @@ extension APNsSimulatorFaults {
             }
         }
         if let shares = try reader.object("reason_shares") {
-            for (key, raw) in shares {
+            for member in shares.members {
+                let (key, raw) = (member.key, member.value)
                 let reason = APNsReason(rawValue: key)
                 guard reason.httpStatus != nil else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares: \"\(key)\" is not a documented APNs reason")
                 }
-                guard let share = (raw as? NSNumber)?.doubleValue, share >= 0, share <= 1 else {
+                guard let share = JSONReader.number(raw), share >= 0, share <= 1 else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.reason_shares.\(key): expected a number in 0…1")
                 }
                 if share > 0 { reasonShares[reason] = share }
@@ -301,7 +296,7 @@ extension APNsSimulatorFaults {
             let share = try sub.share("share") ?? 0
             var tokens: Set<String> = []
             for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
-                guard let text = item as? String, let token = try? DeviceToken(validating: text) else {
+                guard case .string(let text) = item, let token = try? DeviceToken(validating: text) else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.hung_tokens.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
                 }
                 tokens.insert(token.hex)
@@ -325,7 +320,7 @@ extension APNsSimulatorFaults {
         maxConcurrentStreams = UInt32(try reader.int("max_concurrent_streams", range: 1...Int(Int32.max)) ?? 1000)
         if let steps = try reader.array("max_concurrent_streams_schedule") {
             maxConcurrentStreamsSchedule = try steps.enumerated().map { (index, item) throws(APNsSimulatorError) in
-                guard let step = item as? [String: Any] else {
+                guard case .object(let step) = item else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.max_concurrent_streams_schedule[\(index)]: expected an object")
                 }
                 var sub = JSONReader(step, path: "faults.max_concurrent_streams_schedule[\(index)]")
@@ -372,20 +367,40 @@ extension APNsSimulatorFaults {
 }
 
 
-/// Reads typed fields from a decoded JSON object and refuses unknown keys, naming the path.
+/// Reads typed fields from an object parsed by the project's JSON reader (ProtobufCodec's
+/// `JSONValue`) and refuses unknown keys, naming the path. `null` reads as absent.
 struct JSONReader {
-    private let object: [String: Any]
+    private let object: JSONObject
     private let path: String
     private var seen: Set<String> = []
 
-    init(_ object: [String: Any], path: String) {
+    init(_ object: JSONObject, path: String) {
         self.object = object
         self.path = path
     }
 
-    private mutating func value(_ key: String) -> Any? {
+    /// Parses `bytes` as one JSON object.
+    /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming `what` when it is not JSON or not an object.
+    static func object(parsing bytes: [UInt8], _ what: String) throws(APNsSimulatorError) -> JSONObject {
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: bytes)
+        } catch {
+            throw APNsSimulatorError(.invalidConfiguration, "\(what) is not JSON: \(error.message)")
+        }
+        guard case .object(let object) = value else { throw APNsSimulatorError(.invalidConfiguration, "\(what): expected a JSON object") }
+        return object
+    }
+
+    /// The value of a JSON number; nil for anything else.
+    static func number(_ value: JSONValue) -> Double? {
+        guard case .number(let text) = value else { return nil }
+        return Double(text)
+    }
+
+    private mutating func value(_ key: String) -> JSONValue? {
         seen.insert(key)
-        guard let value = object[key], !(value is NSNull) else { return nil }
+        guard let value = object[key], !value.isNull else { return nil }
         return value
     }
 
@@ -393,52 +408,53 @@ struct JSONReader {
         APNsSimulatorError(.invalidConfiguration, "\(path).\(key): expected \(expected)")
     }
 
-    mutating func object(_ key: String) throws(APNsSimulatorError) -> [String: Any]? {
+    mutating func object(_ key: String) throws(APNsSimulatorError) -> JSONObject? {
         guard let raw = value(key) else { return nil }
-        guard let result = raw as? [String: Any] else { throw fail(key, "an object") }
+        guard case .object(let result) = raw else { throw fail(key, "an object") }
         return result
     }
 
-    mutating func array(_ key: String) throws(APNsSimulatorError) -> [Any]? {
+    mutating func array(_ key: String) throws(APNsSimulatorError) -> [JSONValue]? {
         guard let raw = value(key) else { return nil }
-        guard let result = raw as? [Any] else { throw fail(key, "an array") }
+        guard case .array(let result) = raw else { throw fail(key, "an array") }
         return result
     }
 
     mutating func string(_ key: String) throws(APNsSimulatorError) -> String? {
         guard let raw = value(key) else { return nil }
-        guard let result = raw as? String else { throw fail(key, "a string") }
+        guard case .string(let result) = raw else { throw fail(key, "a string") }
         return result
     }
 
     mutating func int(_ key: String, range: ClosedRange<Int>) throws(APNsSimulatorError) -> Int? {
         guard let raw = value(key) else { return nil }
-        guard let number = raw as? NSNumber, number.doubleValue == number.doubleValue.rounded(),
-              range.contains(number.intValue) else {
+        guard let number = Self.number(raw), number == number.rounded(), number >= Double(range.lowerBound),
+              number <= Double(range.upperBound) else {
             throw fail(key, "an integer in \(range.lowerBound)…\(range.upperBound)")
         }
-        return number.intValue
+        return Int(number)
     }
 
     mutating func int64(_ key: String) throws(APNsSimulatorError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        guard let number = raw as? NSNumber, number.doubleValue == number.doubleValue.rounded() else {
+        if let exact = raw.integerValue { return exact }
+        guard let number = Self.number(raw), number == number.rounded(), abs(number) < 9.2e18 else {
             throw fail(key, "an integer")
         }
-        return number.int64Value
+        return Int64(number)
     }
 
     mutating func share(_ key: String) throws(APNsSimulatorError) -> Double? {
         guard let raw = value(key) else { return nil }
-        guard let number = raw as? NSNumber, number.doubleValue >= 0, number.doubleValue <= 1 else {
+        guard let number = Self.number(raw), number >= 0, number <= 1 else {
             throw fail(key, "a number in 0…1")
         }
-        return number.doubleValue
+        return number
     }
 
     /// Throws when the object has a key that was never asked for (a typo would otherwise be ignored).
     func finish() throws(APNsSimulatorError) {
-        if let unknown = object.keys.sorted().first(where: { !seen.contains($0) }) {
+        if let unknown = object.members.map(\.key).sorted().first(where: { !seen.contains($0) }) {
             throw APNsSimulatorError(.invalidConfiguration, "\(path).\(unknown): unknown key")
         }
     }

@@ -1,6 +1,8 @@
 import APNs
 import Foundation
 import HTTP2
+import ProtobufCodec
+import PushDomain
 import Synchronization
 
 /// One request a push listener received, and what the simulator did with it.
@@ -43,10 +45,9 @@ public struct APNsSimulatorRecord: Sendable {
     public var jwt: (header: [String: Any], claims: [String: Any])? {
         guard let authorization = headers.first("authorization") else { return nil }
         let token = authorization.hasPrefix("bearer ") ? authorization.dropFirst(7) : Substring(authorization)
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3,
-              let header = Base64URL.decode(parts[0]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }),
-              let claims = Base64URL.decode(parts[1]).flatMap({ try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] })
+        guard let jwt = try? JSONWebToken(parsing: String(token)),
+              let header = try? JSONSerialization.jsonObject(with: Data(jwt.headerJSON.utf8)) as? [String: Any],
+              let claims = try? JSONSerialization.jsonObject(with: Data(jwt.claimsJSON.utf8)) as? [String: Any]
         else { return nil }
         return (header, claims)
     }

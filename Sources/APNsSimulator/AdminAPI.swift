@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import HTTP2
+import ProtobufCodec
 import ServiceCore
 
 /// The admin API's routes (documented on `APNsSimulator`). Runs on the admin listener's single
@@ -49,12 +50,12 @@ struct AdminAPI: Sendable {
                 }
                 return ok(["released": state.releaseHeld(token: hex)])
             case ("POST", "/admin/tokens"):
-                let registration = try APNsSimulator.TokenRegistration(jsonObject: try body(request), path: "body")
+                let registration = try APNsSimulator.TokenRegistration(jsonObject: .object(try body(request)), path: "body")
                 try state.register(registration)
                 return ok(["registered": registration.token.lowercased()])
             case ("POST", "/admin/tokens/unregistered"):
                 let invalidation = try APNsSimulator.TokenInvalidation(
-                    jsonObject: try body(request), path: "body", now: state.clock.nowMilliseconds())
+                    jsonObject: .object(try body(request)), path: "body", now: state.clock.nowMilliseconds())
                 try state.invalidate(invalidation)
                 return ok(["token": invalidation.token.lowercased(), "timestamp_ms": invalidation.timestampMilliseconds,
                            "reason": invalidation.reason.rawValue])
@@ -131,12 +132,12 @@ struct AdminAPI: Sendable {
         return object
     }
 
-    private func body(_ request: HTTP2ServerRequest, allowEmpty: Bool = false) throws(APNsSimulatorError) -> [String: Any] {
+    private func body(_ request: HTTP2ServerRequest, allowEmpty: Bool = false) throws(APNsSimulatorError) -> JSONObject {
         if request.body.isEmpty {
-            if allowEmpty { return [:] }
+            if allowEmpty { return JSONObject() }
             throw APNsSimulatorError(.invalidConfiguration, "the request needs a JSON object body")
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(request.body)) as? [String: Any] else {
+        guard case .object(let object)? = try? JSONValue(parsing: request.body) else {
             throw APNsSimulatorError(.invalidConfiguration, "the body is not a JSON object")
         }
         return object

@@ -1,3 +1,4 @@
+import PushDomain
 import ServiceCore
 import APNs
 import Foundation

@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import HTTP2
+import PushDomain
 import ServiceCore
 import Synchronization
 

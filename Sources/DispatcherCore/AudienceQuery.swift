@@ -1,5 +1,6 @@
 import APNs
 import Postgres
+import PushDomain
 import PushMessages
 
 /// An app audience (`SendRequest.audience`) made ready for keyset paging over `device_tokens`: the

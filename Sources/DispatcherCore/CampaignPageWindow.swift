@@ -1,3 +1,4 @@
+import DispatcherStatus
 /// The pages of one campaign being sent at once, and the checkpoint they allow (docs/campaigns.md,
 /// "Pages in flight"). Pages are issued in audience order and may finish in any order; the checkpoint
 /// only moves over the finished prefix, so a resumed holder never skips a token whose page had not

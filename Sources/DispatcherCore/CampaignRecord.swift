@@ -1,3 +1,4 @@
+import DispatcherStatus
 import PushMessages
 
 /// One `campaigns` row as a runner reads it.

@@ -1,3 +1,4 @@
+import DispatcherStatus
 import Foundation
 import PushMessages
 import ServiceCore

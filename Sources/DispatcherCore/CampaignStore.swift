@@ -1,4 +1,4 @@
-import APNs
+import DispatcherStatus
 import Foundation
 import Postgres
 import PushMessages

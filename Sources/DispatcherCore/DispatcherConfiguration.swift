@@ -1,5 +1,5 @@
-import APNs
 import Kafka
+import PushDomain
 
 /// Everything the dispatcher needs to run; executables fill it from the environment.
 public struct DispatcherConfiguration: Sendable {
@@ -8,13 +8,13 @@ public struct DispatcherConfiguration: Sendable {
     /// `PUSH_TOPIC_DEAD_LETTER`.
     public struct Topics: Sendable {
         /// Token events consumed. Default `push.token-events.v1`.
-        public var tokenEvents = "push.token-events.v1"
+        public var tokenEvents = PushTopic.tokenEvents.name
         /// Send and cancel requests consumed. Default `push.send-requests.v1`.
-        public var sendRequests = "push.send-requests.v1"
+        public var sendRequests = PushTopic.sendRequests.name
         /// Delivery reports and request completions produced. Default `push.feedback.v1`.
-        public var feedback = "push.feedback.v1"
+        public var feedback = PushTopic.feedback.name
         /// Dead letters produced. Default `push.dead-letter.v1`.
-        public var deadLetter = "push.dead-letter.v1"
+        public var deadLetter = PushTopic.deadLetter.name
         /// The default names.
         public init() {}
 

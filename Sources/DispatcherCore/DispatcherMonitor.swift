@@ -1,3 +1,4 @@
+import DispatcherStatus
 import Kafka
 import PushMessages
 import ServiceCore

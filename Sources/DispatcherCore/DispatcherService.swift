@@ -1,4 +1,5 @@
 import APNs
+import DispatcherStatus
 import Kafka
 import Postgres
 import ServiceCore

@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import PushDomain
 
 /// Sends one notification to APNs and returns Apple's answer. `APNsClient` is the production
 /// implementation; the dispatcher depends only on this.

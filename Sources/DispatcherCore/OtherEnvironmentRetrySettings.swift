@@ -1,5 +1,5 @@
-import APNs
 import Foundation
+import PushDomain
 import ServiceCore
 
 /// Which apps get one try on the other APNs environment after `BadDeviceToken`, and which

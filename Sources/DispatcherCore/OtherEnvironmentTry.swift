@@ -1,4 +1,4 @@
-import APNs
+import PushDomain
 
 /// The opt-in try on the other APNs environment after 400 `BadDeviceToken` (docs/semantics.md
 /// "The other environment after BadDeviceToken"), as a value without I/O: events in, an action out.

@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import PushDomain
 import PushMessages
 
 /// One notification parked in `pending_retries`: everything needed to send it again and report its

@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Postgres
+import PushDomain
 import PushMessages
 
 /// The `pending_retries` and `pending_requests` tables (migration 4): parked notifications, claimed

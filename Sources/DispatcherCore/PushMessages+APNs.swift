@@ -1,4 +1,5 @@
 import APNs
+import PushDomain
 import PushMessages
 
 extension PushType {

@@ -1,4 +1,5 @@
 import APNs
+import ProtobufCodec
 import ServiceCore
 
 /// The `apns-collapse-id` the dispatcher gives an alert push whose caller set none, so that a copy
@@ -14,7 +15,7 @@ import ServiceCore
 enum RequestCollapseID {
     /// The derived id for `requestID`.
     static func derived(requestID: String) -> String {
-        Base64URL.encode(Array(Digest.sha256(Array(requestID.utf8)).prefix(16)))
+        Base64.encodeURL(Array(Digest.sha256(Array(requestID.utf8)).prefix(16)))
     }
 
     /// The collapse id a request's notification goes out with: the caller's when set; else, for an

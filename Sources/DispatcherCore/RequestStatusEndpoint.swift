@@ -1,5 +1,6 @@
-import APNs
+import DispatcherStatus
 import ProtobufCodec
+import PushDomain
 
 /// `GET /v1/requests/<request-id>` on the dispatcher's admin port (README "Request status",
 /// docs/campaigns.md "Request status"): the request's `RequestStatusReport.json` with 200, or a JSON

@@ -1,6 +1,7 @@
 import APNs
 import Kafka
 import ProtobufCodec
+import PushDomain
 import PushMessages
 
 /// Turns a `push.send-requests.v1` record into a checked `SendRequest`, or the reason it goes to

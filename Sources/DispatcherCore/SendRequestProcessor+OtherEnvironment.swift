@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import PushDomain
 import PushMessages
 import ServiceCore
 

@@ -1,6 +1,8 @@
 import APNs
+import DispatcherStatus
 import Foundation
 import Postgres
+import PushDomain
 import PushMessages
 import ServiceCore
 import Synchronization
@@ -474,17 +476,9 @@ public final class SendRequestProcessor: Sendable {
         }
     }
 
-    /// Apple's reasons that blame our provider token or certificate, not the notification
-    /// ("Handling notification responses from APNs", status 403 and 429 TooManyProviderTokenUpdates).
-    static func isProviderTokenFault(_ reason: APNsReason) -> Bool {
-        switch reason {
-        case .invalidProviderToken, .expiredProviderToken, .missingProviderToken, .tooManyProviderTokenUpdates,
-             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
-            true
-        default:
-            false
-        }
-    }
+    /// Apple's reasons that blame our provider token or certificate, not the notification: the APNs
+    /// module's one list, `APNsReason.isProviderTokenFault`.
+    static func isProviderTokenFault(_ reason: APNsReason) -> Bool { reason.isProviderTokenFault }
 
     /// Records the final outcome in `send_log` (batched, see `SendLogWriter`), then publishes its
     /// report (in that order: a redelivered request re-publishes what was recorded instead of sending

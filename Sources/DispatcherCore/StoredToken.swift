@@ -1,4 +1,5 @@
 import APNs
+import PushDomain
 
 /// One row of `device_tokens`, as the dispatcher needs it to send.
 public struct StoredToken: Sendable, Hashable {

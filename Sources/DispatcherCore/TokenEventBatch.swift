@@ -1,4 +1,4 @@
-import APNs
+import PushDomain
 import PushMessages
 
 /// Token events, in offset order, split into layers that `TokenStore.apply(_:)` can each write with

@@ -1,5 +1,5 @@
-import APNs
 import Kafka
+import PushDomain
 import PushMessages
 
 /// Checks a `push.token-events.v1` record before it may change the token table. The registration

@@ -1,5 +1,5 @@
-import APNs
 import Postgres
+import PushDomain
 
 extension TokenStore {
     /// Moves a token to the environment that accepted a notification after its stored one answered

@@ -1,3 +1,4 @@
+import DispatcherStatus
 import Postgres
 
 extension TokenStore {

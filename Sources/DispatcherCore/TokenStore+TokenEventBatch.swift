@@ -147,24 +147,7 @@ extension TokenStore {
                        'active', e.at_ms, e.at_ms, e.attributes::jsonb
                   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])
                        AS e(token, bundle, environment, kind, user_id, installation, at_ms, attributes)
-                ON CONFLICT (device_token) DO UPDATE SET
-                    bundle_id = EXCLUDED.bundle_id,
-                    environment = EXCLUDED.environment,
-                    token_kind = EXCLUDED.token_kind,
-                    user_id = EXCLUDED.user_id,
-                    installation_id = EXCLUDED.installation_id,
-                    status = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN 'active' ELSE device_tokens.status END,
-                    inactive_reason = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN NULL ELSE device_tokens.inactive_reason END,
-                    inactive_at_ms = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN NULL ELSE device_tokens.inactive_at_ms END,
-                    last_event_at_ms = EXCLUDED.last_event_at_ms,
-                    registered_at_ms = EXCLUDED.registered_at_ms,
-                    attributes = EXCLUDED.attributes,
-                    updated_at = now()
-                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
-                RETURNING device_token
+                \(Self.registrationUpsert)
                 """,
                 [.string(PostgresArrayLiteral.text(registrations.map(\.token))),
                  .string(PostgresArrayLiteral.text(registrations.map(\.bundleID))),

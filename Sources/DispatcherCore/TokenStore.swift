@@ -1,6 +1,7 @@
-import APNs
 import Foundation
 import Postgres
+import ProtobufCodec
+import PushDomain
 import PushMessages
 
 /// The device-token table and the send log in PostgreSQL. Every statement is parameterized.
@@ -68,24 +69,7 @@ public final class TokenStore: Sendable {
                 INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, user_id,
                     installation_id, status, last_event_at_ms, registered_at_ms, attributes)
                 VALUES ($1, $2, $3, $4, NULLIF($5, ''), NULLIF($6, ''), 'active', $7, $7, $8)
-                ON CONFLICT (device_token) DO UPDATE SET
-                    bundle_id = EXCLUDED.bundle_id,
-                    environment = EXCLUDED.environment,
-                    token_kind = EXCLUDED.token_kind,
-                    user_id = EXCLUDED.user_id,
-                    installation_id = EXCLUDED.installation_id,
-                    status = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN 'active' ELSE device_tokens.status END,
-                    inactive_reason = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN NULL ELSE device_tokens.inactive_reason END,
-                    inactive_at_ms = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
-                                  THEN NULL ELSE device_tokens.inactive_at_ms END,
-                    last_event_at_ms = EXCLUDED.last_event_at_ms,
-                    registered_at_ms = EXCLUDED.registered_at_ms,
-                    attributes = EXCLUDED.attributes,
-                    updated_at = now()
-                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
-                RETURNING device_token
+                \(Self.registrationUpsert)
                 """,
                 [.string(device.deviceToken), .string(device.bundleID), .string(environment), .string(kind),
                  .string(device.userID), .string(device.installationID), .int64(eventTime), .jsonb(attributes)])
@@ -259,6 +243,30 @@ public final class TokenStore: Sendable {
 
     // MARK: Helpers
 
+    /// The conflict clause of every `INSERT INTO device_tokens` of a registration (one event or a
+    /// batch): a newer registration replaces the fields, and reactivates the token only when it is
+    /// newer than Apple's last invalidation (docs/token-events.md); an older one changes nothing.
+    static let registrationUpsert = """
+        ON CONFLICT (device_token) DO UPDATE SET
+            bundle_id = EXCLUDED.bundle_id,
+            environment = EXCLUDED.environment,
+            token_kind = EXCLUDED.token_kind,
+            user_id = EXCLUDED.user_id,
+            installation_id = EXCLUDED.installation_id,
+            status = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                          THEN 'active' ELSE device_tokens.status END,
+            inactive_reason = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                          THEN NULL ELSE device_tokens.inactive_reason END,
+            inactive_at_ms = CASE WHEN EXCLUDED.last_event_at_ms > COALESCE(device_tokens.apns_invalidated_at_ms, -1)
+                          THEN NULL ELSE device_tokens.inactive_at_ms END,
+            last_event_at_ms = EXCLUDED.last_event_at_ms,
+            registered_at_ms = EXCLUDED.registered_at_ms,
+            attributes = EXCLUDED.attributes,
+            updated_at = now()
+        WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+        RETURNING device_token
+        """
+
     static let columns = "device_token, bundle_id, environment, token_kind, user_id, installation_id, status"
 
     static func storedToken(_ row: PostgresRow) throws -> StoredToken {
@@ -278,8 +286,15 @@ public final class TokenStore: Sendable {
         PostgresArrayLiteral.text(values)
     }
 
+    /// `attributes` as a JSON object (keys sorted), for a `jsonb` parameter; written by the project's one JSON writer.
     static func jsonObject(_ attributes: [String: String]) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: attributes, options: [.sortedKeys])) ?? Data("{}".utf8)
-        return String(decoding: data, as: UTF8.self)
+        var writer = JSONWriter()
+        writer.beginObject()
+        for key in attributes.keys.sorted() {
+            writer.writeKey(key)
+            writer.writeString(attributes[key]!)
+        }
+        writer.endObject()
+        return String(decoding: writer.bytes, as: UTF8.self)
     }
 }

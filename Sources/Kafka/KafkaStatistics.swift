@@ -1,4 +1,4 @@
-import Foundation
+import ProtobufCodec
 
 /// The parts of librdkafka's statistics (the JSON document its `stats_cb` receives every
 /// `statistics.interval.ms`; fields described in librdkafka's STATISTICS.md) that the services use:
@@ -24,21 +24,26 @@ public struct KafkaStatistics: Sendable, Equatable {
     /// - Parameter json: the bytes `stats_cb` received.
     /// - Returns: nil when the bytes are not a JSON object (librdkafka always sends one).
     public init?(json: some Collection<UInt8>) {
-        guard let root = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any] else { return nil }
+        guard case .object(let root)? = try? JSONValue(parsing: Array(json)) else { return nil }
         var up = 0
         var known = 0
-        for case let broker as [String: Any] in (root["brokers"] as? [String: Any] ?? [:]).values {
-            guard let node = (broker["nodeid"] as? NSNumber)?.intValue, node >= 0 else { continue }
-            known += 1
-            if broker["state"] as? String == "UP" { up += 1 }
+        if case .object(let brokers)? = root["brokers"] {
+            for member in brokers.members {
+                guard case .object(let broker) = member.value, let node = broker["nodeid"]?.integerValue, node >= 0 else { continue }
+                known += 1
+                if broker["state"] == .string("UP") { up += 1 }
+            }
         }
         var lag: [KafkaTopicPartition: Int64] = [:]
-        for case let (topicName, topic as [String: Any]) in root["topics"] as? [String: Any] ?? [:] {
-            for case let (key, partition as [String: Any]) in topic["partitions"] as? [String: Any] ?? [:] {
-                guard let number = Int32(key), number >= 0,
-                      let value = (partition["consumer_lag"] as? NSNumber)?.int64Value, value >= 0
-                else { continue }
-                lag[KafkaTopicPartition(topic: topicName, partition: KafkaPartition(rawValue: number))] = value
+        if case .object(let topics)? = root["topics"] {
+            for topic in topics.members {
+                guard case .object(let fields) = topic.value, case .object(let partitions)? = fields["partitions"] else { continue }
+                for partition in partitions.members {
+                    guard let number = Int32(partition.key), number >= 0, case .object(let values) = partition.value,
+                          let value = values["consumer_lag"]?.integerValue, value >= 0
+                    else { continue }
+                    lag[KafkaTopicPartition(topic: topic.key, partition: KafkaPartition(rawValue: number))] = value
+                }
             }
         }
         self.init(brokersUp: up, brokersKnown: known, consumerLag: lag)

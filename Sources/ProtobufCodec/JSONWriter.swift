@@ -80,7 +80,11 @@ public struct JSONWriter: Sendable {
         state = .afterValue
     }
 
-    private mutating func appendQuoted(_ string: String) {
+    private mutating func appendQuoted(_ string: String) { Self.appendQuoted(string, to: &bytes) }
+
+    /// Appends `string` to `bytes` as a JSON string literal (RFC 8259 §7), quotes included: `"`, `\\`
+    /// and control characters escaped, everything else as it is. The project's one JSON string escaper.
+    public static func appendQuoted(_ string: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         for byte in string.utf8 {
             switch byte {

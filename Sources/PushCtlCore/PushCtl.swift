@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import PushDomain
 import ServiceCore
 
 /// `pushctl`: parses the command line, runs the command, maps errors to exit statuses
@@ -122,11 +123,11 @@ public struct PushCtlSettings: Sendable {
     }
 
     /// The send-requests topic.
-    public var sendRequestsTopic: String { topic("PUSH_TOPIC_SEND_REQUESTS", default: "push.send-requests.v1") }
+    public var sendRequestsTopic: String { topic("PUSH_TOPIC_SEND_REQUESTS", default: PushTopic.sendRequests.name) }
     /// The feedback topic.
-    public var feedbackTopic: String { topic("PUSH_TOPIC_FEEDBACK", default: "push.feedback.v1") }
+    public var feedbackTopic: String { topic("PUSH_TOPIC_FEEDBACK", default: PushTopic.feedback.name) }
     /// The dead-letter topic.
-    public var deadLetterTopic: String { topic("PUSH_TOPIC_DEAD_LETTER", default: "push.dead-letter.v1") }
+    public var deadLetterTopic: String { topic("PUSH_TOPIC_DEAD_LETTER", default: PushTopic.deadLetter.name) }
 
     /// Bootstrap servers from `--bootstrap` or `PUSH_KAFKA_BOOTSTRAP`.
     public func bootstrap(_ arguments: CommandLineArguments) -> [String] {

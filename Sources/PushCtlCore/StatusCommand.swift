@@ -1,4 +1,4 @@
-import DispatcherCore
+import DispatcherStatus
 
 /// `pushctl status REQUEST_ID`: where a send request stands, from PostgreSQL (docs/campaigns.md
 /// "Request status"), as one line or `--json` (the same object as the dispatcher's

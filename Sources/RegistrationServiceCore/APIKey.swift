@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import ProtobufCodec
 import ServiceCore
 
 /// An API key as app backends present it: `pk_<id>_<secret>`, where `<id>` (1 to 64 of `a-z`, `0-9`,
@@ -19,7 +20,7 @@ public struct APIKey: Sendable, CustomStringConvertible {
         guard let separator = rest.firstIndex(of: "_") else { return nil }
         let id = rest[..<separator]
         let secret = rest[rest.index(after: separator)...]
-        guard Self.isValidID(id), secret.utf8.count == 43, Base64URL.decode(secret)?.count == 32 else { return nil }
+        guard Self.isValidID(id), secret.utf8.count == 43, Base64.decode(secret, alphabet: .url)?.count == 32 else { return nil }
         self.id = String(id)
         self.text = text
     }
@@ -29,7 +30,7 @@ public struct APIKey: Sendable, CustomStringConvertible {
     public static func generate(id: String) -> APIKey? {
         var generator = SystemRandomNumberGenerator()
         let secret = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return APIKey("pk_\(id)_" + Base64URL.encode(secret))
+        return APIKey("pk_\(id)_" + Base64.encodeURL(secret))
     }
 
     /// SHA-256 of the key's UTF-8 text, the value the key file stores (as lowercase hex).

@@ -203,7 +203,7 @@ public struct RegistrationCredentials: Sendable {
                 throw FormatError("\(path).public_key_pem: \(error.message)")
             }
         case "HS256":
-            guard let secret = Base64URL.decode(Array(try string(fields, "secret", at: path).utf8), urlSafe: true), secret.count >= 32 else {
+            guard let secret = Base64.decode(Array(try string(fields, "secret", at: path).utf8), alphabet: .url), secret.count >= 32 else {
                 throw FormatError("\(path).secret: base64url of at least 32 bytes (RFC 7518 §3.2)")
             }
             verification = .hs256(secret)

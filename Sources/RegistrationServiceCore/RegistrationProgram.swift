@@ -3,6 +3,7 @@ import Foundation
 import GRPC
 import HTTP2
 import Kafka
+import PushDomain
 import ServiceCore
 
 /// The `registration-service` executable: push.v1.TokenRegistry over gRPC (and JSON over HTTP/2) →
@@ -50,7 +51,7 @@ public enum RegistrationProgram {
         _ = try env.attempt("PUSH_HTTP2_*") { try http2.limits.validate(settings: http2.settings) }
         let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
         var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
-        configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: "push.token-events.v1")
+        configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: PushTopic.tokenEvents.name)
         configuration.auth = try auth(env)
         configuration.keysReloadInterval = try env.milliseconds("PUSH_AUTH_KEYS_RELOAD_MS", default: .seconds(2))
         configuration.healthProbeInterval = try env.milliseconds("PUSH_HEALTH_PROBE_INTERVAL_MS", default: .seconds(2))

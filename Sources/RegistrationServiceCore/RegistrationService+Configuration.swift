@@ -1,5 +1,6 @@
 import GRPC
 import Kafka
+import PushDomain
 import ServiceCore
 
 extension RegistrationService {
@@ -8,7 +9,7 @@ extension RegistrationService {
         /// The token-event producer (idempotent, acks=all by default).
         public var producer: KafkaProducerConfiguration
         /// The token events topic. Default `push.token-events.v1`.
-        public var topic: String = "push.token-events.v1"
+        public var topic: String = PushTopic.tokenEvents.name
         /// Address, TLS and limits of the gRPC/JSON server.
         public var server: GRPCServer.Configuration
         /// Credentials and rate limits (docs/registration-auth.md). Default: on, with no keys (which

@@ -1,4 +1,5 @@
 import APNs
+import ProtobufCodec
 
 /// Checks user-bound registration JWTs (docs/registration-auth.md): the app's backend signs a
 /// short-lived token for one user and bundle id, and the app presents it to register its own device.

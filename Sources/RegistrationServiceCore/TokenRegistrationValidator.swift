@@ -1,4 +1,4 @@
-import APNs
+import PushDomain
 import PushMessages
 
 /// Checks and normalizes what apps send to the registration API with `DeviceValidator`'s rules.

@@ -1,6 +1,6 @@
-import APNs
 import Foundation
 import Kafka
+import PushDomain
 import PushMessages
 import ServiceCore
 
@@ -30,7 +30,7 @@ public final class TokenRegistryService: Sendable {
     ///   - topicWatch: when given and its last check found `topic` missing, calls fail at once with
     ///     `.unavailable` naming the topic.
     ///   - metrics: where calls are counted.
-    public init(producer: KafkaProducer, topic: String = "push.token-events.v1", topicWatch: KafkaTopicWatch? = nil,
+    public init(producer: KafkaProducer, topic: String = PushTopic.tokenEvents.name, topicWatch: KafkaTopicWatch? = nil,
                 clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "registration"),
                 metrics: RegistrationMetrics = RegistrationMetrics()) {
         self.producer = producer

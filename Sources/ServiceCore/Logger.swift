@@ -1,4 +1,5 @@
 import Foundation
+import ProtobufCodec
 import Synchronization
 
 /// A structured logger that writes one line per record to standard error, as logfmt (the default)
@@ -151,24 +152,7 @@ public struct Logger: Sendable {
     }
 
     /// `value` as a JSON string literal (RFC 8259 §7): quotes, backslashes and control characters escaped.
-    static func jsonString(_ value: String) -> String {
-        var out = "\""
-        out.reserveCapacity(value.utf8.count + 2)
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7f:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    static func jsonString(_ value: String) -> String { JSONValue.quote(value) }
 
     public func trace(_ message: @autoclosure () -> String, _ metadata: Metadata = [:]) { log(.trace, message(), metadata) }
     public func debug(_ message: @autoclosure () -> String, _ metadata: Metadata = [:]) { log(.debug, message(), metadata) }

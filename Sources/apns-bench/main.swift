@@ -1,6 +1,7 @@
 import APNs
 import APNsSimulator
 import Foundation
+import PushDomain
 import ServiceCore
 import Synchronization
 

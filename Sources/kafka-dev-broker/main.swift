@@ -1,6 +1,6 @@
 // Development Kafka broker: librdkafka's mock cluster with the project's topics.
-// Usage and control protocol: see `KafkaDevBroker` in Sources/Kafka/DevBroker.
+// Usage and control protocol: see `KafkaDevBroker` in Sources/KafkaDevBroker.
 import Foundation
-import Kafka
+import KafkaDevBroker
 
 exit(await KafkaDevBroker.run(arguments: Array(CommandLine.arguments.dropFirst())))

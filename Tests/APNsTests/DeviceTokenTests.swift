@@ -1,3 +1,4 @@
+import PushDomain
 import Testing
 @testable import APNs
 
@@ -27,8 +28,9 @@ import Testing
     @Test func refusesWithTheExactProblem() {
         func message(_ input: String) -> String {
             do { _ = try DeviceToken(validating: input); return "accepted" } catch {
-                #expect(error.code == .invalidDeviceToken)
-                #expect(error.reason == .badDeviceToken)
+                #expect(error.apnsReason == "BadDeviceToken")
+                #expect(APNsError(error).code == .invalidDeviceToken)
+                #expect(APNsError(error).reason == .badDeviceToken)
                 return error.message
             }
         }

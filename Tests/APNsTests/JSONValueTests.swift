@@ -1,29 +1,34 @@
+import ProtobufCodec
 import Testing
-@testable import APNs
 
+/// The project's one JSON reader (ProtobufCodec's `JSONValue`) as the APNs module reads payloads,
+/// error bodies and JWT parts with it.
 @Suite struct JSONValueTests {
     @Test func parsesWhatPayloadsUse() throws {
-        let text = #" {"a":"x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00","b":[1,-0.5e+3,true,false,null],"c":{},"a2":"é😀","n":0} "#
-        guard case .object(let object) = try JSONValue.parse(Array(text.utf8)) else { Issue.record("not an object"); return }
+        let text = #" {"a":"x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00","b":[1,-0.5e+3,true,false,null],"c":{},"a2":"é😀","n":0,"d":1,"d":2} "#
+        guard case .object(let object) = try JSONValue(parsing: Array(text.utf8)) else { Issue.record("not an object"); return }
         #expect(object["a"] == .string("x\"\\/\u{08}\u{0C}\n\r\té😀"))
         #expect(object["a2"] == .string("é😀"))
         #expect(object["b"] == .array([.number("1"), .number("-0.5e+3"), .bool(true), .bool(false), .null]))
-        #expect(object["c"] == .object([:]))
+        #expect(object["c"] == .object(JSONObject()))
         #expect(object["n"]?.integerValue == 0)
+        #expect(object["d"]?.integerValue == 2, "the last of duplicate keys wins")
+        #expect(object["missing"] == nil)
         #expect(JSONValue.number("1.0").integerValue == nil)
         #expect(JSONValue.string("1").integerValue == nil)
     }
 
     @Test func refusesWhatRFC8259Refuses() {
         for bad in [#"{"a":1,}"#, "[01]", #""\x""#, "\"a\u{01}\"", "{'a':1}", "[1 2]", "-", "1.", "1e", "tru", "{} {}", "", #"{"a"}"#, "[" ] {
-            #expect(throws: JSONValue.ParseError.self, "\(bad)") { try JSONValue.parse(Array(bad.utf8)) }
+            #expect(throws: ProtobufError.self, "\(bad)") { try JSONValue(parsing: Array(bad.utf8)) }
         }
-        #expect(throws: JSONValue.ParseError.self) { try JSONValue.parse(Array(repeating: UInt8(ascii: "["), count: 10_000)) }
+        #expect(throws: ProtobufError.self) { try JSONValue(parsing: Array(repeating: UInt8(ascii: "["), count: 10_000)) }
     }
 
     @Test func quotingRoundTrips() throws {
-        for text in ["plain", "quote\" back\\slash", "line\nbreak\u{01}", "ünï😀"] {
-            #expect(try JSONValue.parse(Array(JSONValue.quote(text).utf8)) == .string(text))
+        for text in ["plain", "quote\" back\\slash", "line\nbreak\u{01}\u{08}\u{0C}", "ünï😀", "a/b"] {
+            #expect(try JSONValue(parsing: Array(JSONValue.quote(text).utf8)) == .string(text))
         }
+        #expect(JSONValue.quote("a/b\u{01}") == #""a/b\u0001""#, "/ is never escaped, controls are")
     }
 }

@@ -1,4 +1,6 @@
+import APNsSimulator
 import Foundation
+import ProtobufCodec
 import Testing
 @testable import APNs
 
@@ -114,18 +116,18 @@ import Testing
         #expect(fromPy.signatureEncoding == .raw)
 
         // Apple's command-line recipe: `openssl dgst -sha256 -sign` makes a DER signature.
-        let signingInput = Base64URL.encode(Array(#"{"alg":"ES256","kid":"ABC123DEFG"}"#.utf8)) + "." +
-            Base64URL.encode(Array(#"{"iss":"DEF123GHIJ","iat":1700000456}"#.utf8))
+        let signingInput = Base64.encodeURL(Array(#"{"alg":"ES256","kid":"ABC123DEFG"}"#.utf8)) + "." +
+            Base64.encodeURL(Array(#"{"iss":"DEF123GHIJ","iat":1700000456}"#.utf8))
         for _ in 0..<5 {
             let der = try await Tool.check("openssl", ["dgst", "-sha256", "-sign", "key.p8"], stdin: Array(signingInput.utf8), in: directory).stdout
             #expect(der.first == 0x30 && der.count >= 8 && der.count <= 72)
-            let derToken = signingInput + "." + Base64URL.encode(der)
+            let derToken = signingInput + "." + Base64.encodeURL(der)
             let verified = try verifier.verify(derToken)
             #expect(verified.signatureEncoding == .der && verified.issuedAt == 1_700_000_456)
         }
         // Ours verify with openssl too: convert R‖S to DER and check with `openssl dgst -verify`.
         let ours = try APNsJWT(keyID: keyID, teamID: teamID, issuedAt: 1_700_000_789, signingKey: key)
-        let raw = try #require(Base64URL.decode(ours.token.split(separator: ".")[2]))
+        let raw = try #require(Base64.decode(ours.token.split(separator: ".")[2], alphabet: .url))
         try Data(try #require(OpenSSLKey.derSignature(fromRaw: raw))).write(to: directory.url.appendingPathComponent("sig.der"))
         try directory.write("public.pem", key.publicKeyPEM)
         let input = String(ours.token[..<ours.token.lastIndex(of: ".")!])
@@ -139,8 +141,8 @@ import Testing
         let other = try APNsSigningKey(p8: try await directory.makeP8("other.p8"))
         let verifier = try APNsJWTVerifier(publicKeyPEM: key.publicKeyPEM)
         func token(_ header: String, _ claims: String, signer: APNsSigningKey? = nil) throws -> String {
-            let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(Array(claims.utf8))
-            return input + "." + Base64URL.encode(try (signer ?? key).sign(Array(input.utf8)))
+            let input = Base64.encodeURL(Array(header.utf8)) + "." + Base64.encodeURL(Array(claims.utf8))
+            return input + "." + Base64.encodeURL(try (signer ?? key).sign(Array(input.utf8)))
         }
         func code(_ text: String) -> APNsError.Code? {
             do { _ = try verifier.verify(text); return nil } catch {
@@ -152,7 +154,7 @@ import Testing
         #expect(code(good) == nil)
         #expect(code(try token(#"{"alg":"ES256","kid":"K1"}"#, #"{"iss":"T1","iat":1700000000}"#, signer: other)) == .badSignature)
         let parts = good.split(separator: ".")
-        let tampered = [parts[0], Substring(Base64URL.encode(Array(#"{"iss":"T2","iat":1700000000}"#.utf8))), parts[2]].joined(separator: ".")
+        let tampered = [parts[0], Substring(Base64.encodeURL(Array(#"{"iss":"T2","iat":1700000000}"#.utf8))), parts[2]].joined(separator: ".")
         #expect(code(tampered) == .badSignature)
         #expect(code(try token(#"{"alg":"ES256"}"#, #"{"iss":"T1","iat":1700000000}"#)) == .missingKeyID)
         #expect(code(try token(#"{"alg":"ES256","kid":"K1"}"#, #"{"iss":"T1","iat":"1700000000"}"#)) == .nonIntegerIssuedAt)
@@ -162,7 +164,7 @@ import Testing
         #expect(code(try token(#"{"alg":"HS256","kid":"K1"}"#, #"{"iss":"T1","iat":1700000000}"#)) == .unsupportedAlgorithm)
         #expect(code("a.b") == .malformedProviderToken)
         #expect(code("!!.e30.e30") == .malformedProviderToken)
-        #expect(code(String(parts[0]) + "." + parts[1] + "." + Base64URL.encode([1, 2, 3])) == .malformedProviderToken)
+        #expect(code(String(parts[0]) + "." + parts[1] + "." + Base64.encodeURL([1, 2, 3])) == .malformedProviderToken)
         #expect(code(String(parts[0]) + "." + parts[1] + "." + String(parts[2].dropLast(3))) == .malformedProviderToken)
 
         let byKeyID = APNsJWTVerifier(publicKeysByKeyID: ["K1": key.publicKey])

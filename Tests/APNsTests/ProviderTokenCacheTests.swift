@@ -1,3 +1,4 @@
+import APNsSimulator
 import ServiceCore
 import Testing
 @testable import APNs

@@ -1,3 +1,4 @@
+import PushDomain
 import Testing
 @testable import APNs
 

@@ -1,4 +1,5 @@
 import Foundation
+import PushDomain
 import Testing
 @testable import APNs
 
@@ -111,8 +112,8 @@ import Testing
         #expect(id.uuidString == "123e4567-e89b-12d3-a456-426614174000")
         for bad in ["", "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g",
                     "{123e4567-e89b-12d3-a456-426614174000}", "123e4567-e89b-12d3-a456-4266141740000"] {
-            #expect(throws: APNsError.self) { try APNsID(validating: bad) }
-            do { _ = try APNsID(validating: bad) } catch { #expect(error.reason == .badMessageId) }
+            #expect(throws: PushDomainError.self) { try APNsID(validating: bad) }
+            do { _ = try APNsID(validating: bad) } catch { #expect(APNsError(error).reason == .badMessageId) }
         }
         for _ in 0..<100 {
             let random = APNsID.random()

@@ -1,6 +1,8 @@
 import APNs
+import DispatcherStatus
 import Foundation
 import Postgres
+import PushDomain
 import PushMessages
 import ServiceCore
 import Testing

@@ -1,4 +1,5 @@
 import APNs
+import DispatcherStatus
 import Foundation
 import Postgres
 import PushMessages

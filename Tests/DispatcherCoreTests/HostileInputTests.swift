@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import Kafka
 import Postgres
+import PushDomain
 import PushMessages
 import PushTestSupport
 import ServiceCore

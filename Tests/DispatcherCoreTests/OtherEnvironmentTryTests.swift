@@ -1,4 +1,4 @@
-import APNs
+import PushDomain
 import PushMessages
 import ServiceCore
 import Testing

@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import Postgres
+import PushDomain
 import PushMessages
 import PushTestSupport
 import Synchronization

@@ -1,7 +1,7 @@
-import APNs
 import Foundation
 import Kafka
 import ProtobufCodec
+import PushDomain
 import PushMessages
 import Testing
 

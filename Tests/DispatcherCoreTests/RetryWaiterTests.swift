@@ -1,4 +1,3 @@
-import APNs
 import Kafka
 import ServiceCore
 import Synchronization

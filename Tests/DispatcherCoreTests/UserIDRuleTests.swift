@@ -1,6 +1,6 @@
-import APNs
 import Foundation
 import Kafka
+import PushDomain
 import PushMessages
 import Testing
 

@@ -3,7 +3,8 @@ import ServiceCore
 import Synchronization
 import Testing
 
-@testable import Kafka
+@testable import KafkaDevBroker
+import Kafka
 
 /// The `kafka-dev-broker` executable as a subprocess, driven through its control port by Python.
 @Suite(.timeLimit(.minutes(1)))

@@ -1,4 +1,5 @@
 import DispatcherCore
+import DispatcherStatus
 import Testing
 
 @testable import PushCtlCore

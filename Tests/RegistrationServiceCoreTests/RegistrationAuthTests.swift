@@ -1,5 +1,6 @@
 import APNs
 import Foundation
+import ProtobufCodec
 import PushMessages
 import PushTestSupport
 import ServiceCore
@@ -29,7 +30,7 @@ import Testing
     }
 
     static func hsKeyEntry(kid: String = "hs-1", bundle: String = "com.example.app") -> String {
-        "{\"kid\": \"\(kid)\", \"bundle_id\": \"\(bundle)\", \"alg\": \"HS256\", \"secret\": \"\(Base64URL.encode(hsSecret))\"}"
+        "{\"kid\": \"\(kid)\", \"bundle_id\": \"\(bundle)\", \"alg\": \"HS256\", \"secret\": \"\(Base64.encodeURL(hsSecret))\"}"
     }
 
     static func authenticator(_ json: String, clock: any WallClock = SystemWallClock(), now: @escaping @Sendable () -> Double = { 0 }) throws -> RegistrationAuthenticator {
@@ -178,7 +179,7 @@ import Testing
         #expect(refused(try es(Self.claims(iat: now - 3000, exp: now - 61))) == "jwt_expired")
         #expect(refused(try es(Self.claims(iat: now - 3000, exp: now - 30))) == nil)  // within the 60 s leeway
         #expect(refused(try es(valid, kid: "unknown")) == "jwt_unknown_kid")
-        let unsigned = Base64URL.encode(Array("{\"alg\":\"none\",\"kid\":\"es-1\"}".utf8)) + "." + Base64URL.encode(Array(valid.utf8)) + "."
+        let unsigned = Base64.encodeURL(Array("{\"alg\":\"none\",\"kid\":\"es-1\"}".utf8)) + "." + Base64.encodeURL(Array(valid.utf8)) + "."
         #expect(refused(unsigned) == "jwt_algorithm")
         // HS256 presented for the EC key (the public key used as an HMAC secret: the classic confusion).
         let confused = JSONWebToken.signHS256(headerJSON: "{\"alg\":\"HS256\",\"kid\":\"es-1\"}", claimsJSON: valid, secret: Array(signingKey.publicKeyPEM.utf8))

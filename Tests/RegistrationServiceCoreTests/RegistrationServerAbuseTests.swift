@@ -157,7 +157,7 @@ struct RegistrationServerAbuseTests {
     /// Before, JWT callers had no rate limit at all (21,742 registrations in 5 s from one JWT).
     @Test func oneJWTIsLimitedPerSubjectAndPerKid() async throws {
         let key = try #require(APIKey.generate(id: "backend"))
-        let kidEntry = "{\"kid\": \"hs-1\", \"bundle_id\": \"\(Self.bundle)\", \"alg\": \"HS256\", \"secret\": \"\(Base64URL.encode(RegistrationAuthTests.hsSecret))\", \"rate_per_second\": 1, \"burst\": 5, \"subject_burst\": 3}"
+        let kidEntry = "{\"kid\": \"hs-1\", \"bundle_id\": \"\(Self.bundle)\", \"alg\": \"HS256\", \"secret\": \"\(Base64.encodeURL(RegistrationAuthTests.hsSecret))\", \"rate_per_second\": 1, \"burst\": 5, \"subject_burst\": 3}"
         try await withServer(keys: Self.keyFile(key, jwt: [kidEntry])) { harness in
             func register(_ user: String, _ number: Int) async throws -> Int {
                 try await harness.grpc(

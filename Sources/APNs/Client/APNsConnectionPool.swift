@@ -1,5 +1,6 @@
 import Foundation
 import HTTP2
+import PushDomain
 import ServiceCore
 import Synchronization
 
@@ -505,7 +506,7 @@ final class APNsConnectionPool: Sendable {
 
     private func open(slot: Int) async throws -> PooledConnection {
         metrics.increment("dns_lookups")
-        let addresses = try await APNsResolver.resolve(host: endpoint.host, port: endpoint.port)
+        let addresses = try await HostResolver.numericAddresses(host: endpoint.host, port: endpoint.port)
         // Avoid reusing an address another connection of this pool is on, where possible.
         let used = state.withLock { Set($0.slots.compactMap { $0?.address }) }
         let address = addresses.first { !used.contains($0) } ?? addresses[slot % addresses.count]

@@ -1,5 +1,6 @@
 internal import COpenSSL
 import Foundation
+import ProtobufCodec
 
 /// An APNs token-signing key: the `.p8` file from the developer portal, an unencrypted PKCS#8 PEM
 /// wrapping an EC P-256 private key (docs/apns-protocol.md §4).
@@ -67,7 +68,7 @@ public final class APNsSigningKey: Sendable {
             body = rest[..<end.lowerBound]
         }
         let base64 = Array(body.utf8.filter { !($0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D) })
-        guard !base64.isEmpty, base64.count % 4 == 0, let der = Base64URL.decode(base64, urlSafe: false), !der.isEmpty else {
+        guard !base64.isEmpty, base64.count % 4 == 0, let der = Base64.decode(base64, alphabet: .standard), !der.isEmpty else {
             throw fail(truncated)
         }
         return der

@@ -16,12 +16,12 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
 
     /// Validates and normalizes `input`.
     /// - Parameter input: the token as an app reported it, e.g. `"<A1B2 C3D4 …>"` or `"a1b2c3d4…"`.
-    /// - Throws: `APNsError` with code `.invalidDeviceToken` and reason `BadDeviceToken` when the input
+    /// - Throws: `PushDomainError` with reason `BadDeviceToken` when the input
     ///   is empty, has an unmatched `<` or `>`, contains a non-hex character (its 1-based position is
     ///   named), has an odd number of hex digits, or is shorter than 64 or longer than 512 hex digits.
-    public init(validating input: String) throws(APNsError) {
-        func fail(_ message: String) -> APNsError {
-            APNsError(code: .invalidDeviceToken, message: "device token \(message)", reason: .badDeviceToken)
+    public init(validating input: String) throws(PushDomainError) {
+        func fail(_ message: String) -> PushDomainError {
+            PushDomainError("device token \(message)", apnsReason: "BadDeviceToken")
         }
         let utf8 = Array(input.utf8)
         var start = 0
@@ -67,8 +67,8 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Creates a token from its raw bytes.
-    /// - Throws: `APNsError` `.invalidDeviceToken` unless `bytes` holds 32 to 256 bytes.
-    public init(bytes: [UInt8]) throws(APNsError) {
+    /// - Throws: `PushDomainError` (`BadDeviceToken`) unless `bytes` holds 32 to 256 bytes.
+    public init(bytes: [UInt8]) throws(PushDomainError) {
         let digits: [Character] = Array("0123456789abcdef")
         var hex = ""
         hex.reserveCapacity(bytes.count * 2)

@@ -1,4 +1,6 @@
 import Foundation
+import Kafka
+import PushDomain
 import ServiceCore
 import Synchronization
 
@@ -33,9 +35,7 @@ import Synchronization
 /// stdin does not stop it (so it can run in the background with `</dev/null`).
 public enum KafkaDevBroker {
     /// The project's topics and their default partition counts.
-    public static let defaultTopics: [(name: String, partitions: Int)] = [
-        ("push.token-events.v1", 6), ("push.send-requests.v1", 6), ("push.feedback.v1", 6), ("push.dead-letter.v1", 1),
-    ]
+    public static let defaultTopics: [(name: String, partitions: Int)] = PushTopic.allCases.map { ($0.name, $0.developmentPartitions) }
 
     /// Parsed command line.
     public struct Options: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 import ServiceCore
 import Synchronization
 

@@ -1,3 +1,6 @@
+import APNs
+import ProtobufCodec
+
 /// Verifies APNs provider tokens the way APNs does, for the simulator (docs/apns-protocol.md §4).
 ///
 /// Accepts ES256 signatures both as 64-byte raw R‖S (JWS, RFC 7518 §3.4) and as ASN.1 DER, because
@@ -55,12 +58,7 @@ public struct APNsJWTVerifier: Sendable {
         guard !signature.isEmpty else {
             throw fail(.malformedProviderToken, "the JWT signature is not base64url")
         }
-        let encoding: APNsVerifiedJWT.SignatureEncoding
-        if signature.count == 64, OpenSSLKey.derSignature(fromRaw: signature) != nil {
-            encoding = .raw
-        } else if signature.first == 0x30, OpenSSLKey.rawSignature(fromDER: signature) != nil {
-            encoding = .der
-        } else {
+        guard let encoding = jwt.es256SignatureEncoding else {
             throw fail(.malformedProviderToken, "the JWT signature is \(signature.count) bytes: neither raw R‖S (64 bytes) nor DER")
         }
         guard let key = anyKey ?? keysByKeyID[keyID] else {

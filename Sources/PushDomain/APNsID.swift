@@ -6,8 +6,8 @@ public struct APNsID: Hashable, Sendable, CustomStringConvertible {
     public let uuidString: String
 
     /// Validates `text` as 8-4-4-4-12 hex digits in any case and keeps it in lowercase.
-    /// - Throws: `APNsError` `.invalidRequest` with reason `BadMessageId` otherwise.
-    public init(validating text: String) throws(APNsError) {
+    /// - Throws: `PushDomainError` with reason `BadMessageId` otherwise.
+    public init(validating text: String) throws(PushDomainError) {
         let utf8 = Array(text.utf8)
         let dashes: Set<Int> = [8, 13, 18, 23]
         var valid = utf8.count == 36
@@ -18,7 +18,7 @@ public struct APNsID: Hashable, Sendable, CustomStringConvertible {
             }
         }
         guard valid else {
-            throw .rejected(.badMessageId, "apns-id \"\(text)\" is not a canonical UUID (8-4-4-4-12 hex digits)")
+            throw PushDomainError("apns-id \"\(text)\" is not a canonical UUID (8-4-4-4-12 hex digits)", apnsReason: "BadMessageId")
         }
         uuidString = text.lowercased()
     }

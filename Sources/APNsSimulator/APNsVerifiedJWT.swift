@@ -1,12 +1,9 @@
+import APNs
+
 /// A provider token whose structure and signature checked out.
 public struct APNsVerifiedJWT: Hashable, Sendable {
     /// How the signature was encoded.
-    public enum SignatureEncoding: Hashable, Sendable {
-        /// 64-byte R‖S, as JWS specifies.
-        case raw
-        /// ASN.1 DER `ECDSA-Sig-Value`, which APNs also accepts.
-        case der
-    }
+    public typealias SignatureEncoding = ES256SignatureEncoding
 
     /// `kid` from the header.
     public let keyID: String
