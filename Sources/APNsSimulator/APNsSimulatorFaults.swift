@@ -308,7 +308,7 @@ extension APNsSimulatorFaults {
             var sub = JSONReader(held, path: "faults.hold")
             var tokens: Set<String> = []
             for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
-                guard let text = item as? String, let token = try? DeviceToken(validating: text) else {
+                guard case .string(let text) = item, let token = try? DeviceToken(validating: text) else {
                     throw APNsSimulatorError(.invalidConfiguration, "faults.hold.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
                 }
                 tokens.insert(token.hex)

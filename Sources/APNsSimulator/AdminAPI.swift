@@ -2,6 +2,7 @@ import APNs
 import Foundation
 import HTTP2
 import ProtobufCodec
+import PushDomain
 import ServiceCore
 
 /// The admin API's routes (documented on `APNsSimulator`). Runs on the admin listener's single
