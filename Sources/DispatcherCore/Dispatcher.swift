@@ -29,6 +29,8 @@ public final class Dispatcher: Sendable {
     /// Notifications waiting in the process for an APNs retry (woken early to be parked).
     private let retryTimers = RetryTimers()
     private let pendingRetriesGauge: Gauge
+    /// `push_request_rereads_joined_total`: records read again while their request still ran here.
+    private let rereadsJoined: Counter
     // Campaigns and scheduled sends (docs/campaigns.md).
     private let campaignStore: CampaignStore
     private let campaigns: CampaignRunner
@@ -100,6 +102,9 @@ public final class Dispatcher: Sendable {
                 monitor: DispatcherMonitor = DispatcherMonitor(), metrics: MetricsRegistry = .shared) {
         self.configuration = configuration
         self.monitor = monitor
+        self.rereadsJoined = metrics.counter(
+            "push_request_rereads_joined_total",
+            help: "Send-request records read again while their request still ran in this process (a partition lost and assigned back): they joined it instead of sending twice.")
         self.pendingRetriesGauge = metrics.gauge(
             "push_pending_retries", help: "Notifications parked in pending_retries (every replica's), as of the last scan.")
         self.store = store
@@ -849,6 +854,7 @@ extension Dispatcher {
                 case nil: continuation.resume(returning: nil)
                 case .run?: continuation.resume(returning: .run)
                 case .join?:
+                    rereadsJoined.increment()
                     logger.info("request already running in this process: waiting for that handling", [
                         "request_id": requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
                     ])
