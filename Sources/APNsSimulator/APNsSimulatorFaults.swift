@@ -214,6 +214,19 @@ extension APNsSimulatorFaults {
 
     /// Parses an object read by the project's JSON reader (see the type's documentation).
     /// - Throws: `APNsSimulatorError` `.invalidConfiguration` naming the key that is malformed or unknown.
+
+    /// The device tokens of a fault's `tokens` list, as lower-case hex.
+    /// - Throws: `APNsSimulatorError` naming `path[index]` for an item that is not a device token.
+    private static func deviceTokens(_ items: [JSONValue]?, path: String) throws(APNsSimulatorError) -> Set<String> {
+        var tokens: Set<String> = []
+        for (index, item) in (items ?? []).enumerated() {
+            guard case .string(let text) = item, let token = try? DeviceToken(validating: text) else {
+                throw APNsSimulatorError(.invalidConfiguration, "\(path)[\(index)]: expected a device token (hex, 64 to 512 digits)")
+            }
+            tokens.insert(token.hex)
+        }
+        return tokens
+    }
     public init(jsonObject object: JSONObject) throws(APNsSimulatorError) {
         self.init()
         var reader = JSONReader(object, path: "faults")
@@ -294,25 +307,13 @@ extension APNsSimulatorFaults {
         if let hung = try reader.object("hung_tokens") {
             var sub = JSONReader(hung, path: "faults.hung_tokens")
             let share = try sub.share("share") ?? 0
-            var tokens: Set<String> = []
-            for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
-                guard case .string(let text) = item, let token = try? DeviceToken(validating: text) else {
-                    throw APNsSimulatorError(.invalidConfiguration, "faults.hung_tokens.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
-                }
-                tokens.insert(token.hex)
-            }
+            let tokens = try Self.deviceTokens(try sub.array("tokens"), path: "faults.hung_tokens.tokens")
             try sub.finish()
             hungTokens = HungTokens(share: share, tokens: tokens)
         }
         if let held = try reader.object("hold") {
             var sub = JSONReader(held, path: "faults.hold")
-            var tokens: Set<String> = []
-            for (index, item) in (try sub.array("tokens") ?? []).enumerated() {
-                guard case .string(let text) = item, let token = try? DeviceToken(validating: text) else {
-                    throw APNsSimulatorError(.invalidConfiguration, "faults.hold.tokens[\(index)]: expected a device token (hex, 64 to 512 digits)")
-                }
-                tokens.insert(token.hex)
-            }
+            let tokens = try Self.deviceTokens(try sub.array("tokens"), path: "faults.hold.tokens")
             try sub.finish()
             hold = Hold(tokens: tokens)
         }

@@ -201,30 +201,19 @@ extension DispatcherEngineSuites {
     }
 }
 
-/// The APNs simulator on free loopback ports with credentials made by the openssl CLI in a temporary
-/// directory (a server certificate for 127.0.0.1, a `.p8` key it trusts), and a client for it.
+/// The APNs simulator on free loopback ports with the engine tests' credentials (`EngineCredentials`:
+/// a server certificate for 127.0.0.1, a `.p8` key it trusts), and a client for it.
 struct SimulatedAPNs {
-    static let keyID = "KEY0000001"
-    static let teamID = "TEAM000001"
+    static let keyID = EngineCredentials.keyID
+    static let teamID = EngineCredentials.teamID
 
     let simulator: APNsSimulator
     let client: APNsClient
 
     /// - Parameter latency: how long the simulator waits before answering each push.
     static func start(latency: Duration) async throws -> SimulatedAPNs {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("durable-cancel-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2"]
-        for command in [
-            ["openssl", "req", "-x509"] + ec + ["-subj", "/CN=apns-simulator", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                                               "-keyout", "server-key.pem", "-out", "server-cert.pem"],
-            ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "key.p8"],
-            ["openssl", "pkey", "-in", "key.p8", "-pubout", "-out", "key.pub.pem"],
-        ] {
-            let (status, output) = try await runProgram(command, directory: directory)
-            guard status == 0 else { throw TestFailure("\(command.joined(separator: " ")) failed: \(output)") }
-        }
-        func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
+        let credentials = try await EngineCredentials.shared.value
+        func path(_ name: String) -> String { credentials.path(name) }
         var configuration = APNsSimulator.Configuration(
             certificateChainFile: path("server-cert.pem"), privateKeyFile: path("server-key.pem"),
             trustedKeys: [.init(keyID: keyID, teamID: teamID, publicKeyPEM: try String(contentsOfFile: path("key.pub.pem"), encoding: .utf8))])

@@ -21,35 +21,12 @@ extension DispatcherEngineSuites {
         static let bundle = "com.example.lost"
         static let tokens = 400
 
-        /// The server certificate and a team's `.p8` key, made with the openssl CLI at test time.
-        struct Credentials {
-            let directory: URL
-            func path(_ name: String) -> String { directory.appendingPathComponent(name).path }
-
-            static func make() async throws -> Credentials {
-                let directory = FileManager.default.temporaryDirectory.appendingPathComponent("lost-assignment-\(UUID().uuidString)")
-                try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-                let commands = [
-                    ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-                     "-subj", "/CN=apns-simulator", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                     "-keyout", "server-key.pem", "-out", "server-cert.pem"],
-                    ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "key.p8"],
-                    ["openssl", "pkey", "-in", "key.p8", "-pubout", "-out", "key.pub.pem"],
-                ]
-                for command in commands {
-                    let (status, output) = try await runProgram(command, directory: directory)
-                    guard status == 0 else { throw TestFailure("\(command.joined(separator: " ")): \(output)") }
-                }
-                return Credentials(directory: directory)
-            }
-        }
-
         /// Every token gets exactly one report on the feedback topic (not even a repeat with the same
         /// event id), the request exactly one `RequestCompleted`, and Apple accepts every token once.
         /// Before the fix the lost partition's handling was cancelled and the re-read record ran the
         /// request again: the reports recorded meanwhile and the `RequestCompleted` were published twice.
         @Test func aPartitionLostAndGivenBackMidRequestPublishesEveryReportAndTheCompletionOnce() async throws {
-            let credentials = try await Credentials.make()
+            let credentials = try await EngineCredentials.shared.value
             let keyID = "KEYLOST001", teamID = "TEAMLOST01"
             var simulatorConfiguration = APNsSimulator.Configuration(
                 certificateChainFile: credentials.path("server-cert.pem"), privateKeyFile: credentials.path("server-key.pem"),
