@@ -36,8 +36,9 @@ let package = Package(
         // Services, settings, logging, metrics, digests: what every process needs.
         .target(name: "ServiceCore", dependencies: ["COpenSSL", "ProtobufCodec"]),
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
-        // The push domain's shared rules: device tokens, apns-ids, environments, token kinds, topic names.
-        .target(name: "PushDomain", dependencies: ["PushMessages"]),
+        // The push domain's shared rules: device tokens, apns-ids, environments, push types and the token
+        // kinds they need, topic names, and the push.v1 enums as these types.
+        .target(name: "PushDomain", dependencies: ["ProtobufCodec", "PushMessages"]),
         // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
         .target(name: "Kafka", dependencies: ["CRdKafka", "ProtobufCodec", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
@@ -52,11 +53,12 @@ let package = Package(
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
         // Service logic, testable without the executables. DispatcherStatus: what PostgreSQL says about a
-        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status.
+        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status, and the audience
+        // of a campaign (AudienceQuery), counted by pushctl send and paged by the dispatcher.
         .target(
             name: "RegistrationServiceCore",
             dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
-        .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushMessages"]),
+        .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushDomain", "PushMessages"]),
         .target(
             name: "DispatcherCore",
             dependencies: [
@@ -74,13 +76,12 @@ let package = Package(
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "PushDomain", "ServiceCore"]),
         // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
         // request status, simulator faults). Its logic is in PushCtlCore, tested without I/O; the request
-        // status is read as the dispatcher reads it (DispatcherStatus's RequestStatusReader); the audience
-        // count of a dry run still comes from DispatcherCore's AudienceQuery (docs/modules.md).
+        // status and the audience count are read as the dispatcher reads them (DispatcherStatus's
+        // RequestStatusReader and AudienceQuery), without the dispatcher itself.
         .target(
             name: "PushCtlCore",
             dependencies: [
-                "DispatcherCore", "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages",
-                "ServiceCore",
+                "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
             ]),
         .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
     ]
@@ -120,6 +121,6 @@ if hasTests {
             ]),
         // docs/modules.md's import graph against Sources/ and this manifest (reads files only).
         .testTarget(name: "ModuleGraphTests"),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherCore", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }
