@@ -46,9 +46,12 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         // The development broker: a mock cluster with the project's topics (kafka-dev-broker).
         .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
+        // ES256 (ECDSA P-256 + SHA-256, RFC 7518 §3.4) keys and JWS signatures on OpenSSL: the APNs client
+        // signs provider tokens, the simulator and the registration service verify JWTs.
+        .target(name: "ES256", dependencies: ["COpenSSL", "ProtobufCodec"]),
         // The APNs client; the simulator, with the provider-token verification only it does.
-        .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
-        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
+        .target(name: "APNs", dependencies: ["COpenSSL", "ES256", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
+        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "ES256", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
@@ -57,7 +60,7 @@ let package = Package(
         // of a campaign (AudienceQuery), counted by pushctl send and paged by the dispatcher.
         .target(
             name: "RegistrationServiceCore",
-            dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
+            dependencies: ["AdminHTTP", "ES256", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
         .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushDomain", "PushMessages"]),
         .target(
             name: "DispatcherCore",
@@ -102,7 +105,7 @@ if hasTests {
         // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
         .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ES256", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],
             exclude: ["Python"]),
