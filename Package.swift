@@ -35,6 +35,7 @@ let package = Package(
         .target(name: "ProtobufCodec"),
         // Services, settings, logging, metrics, digests: what every process needs.
         .target(name: "ServiceCore", dependencies: ["COpenSSL", "ProtobufCodec"]),
+        // The push.v1 messages generated from Protos/.
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
         // The push domain's shared rules: device tokens, apns-ids, environments, push types and the token
         // kinds they need, topic names, and the push.v1 enums as these types.
@@ -47,7 +48,8 @@ let package = Package(
         // The development broker: a mock cluster with the project's topics (kafka-dev-broker).
         .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
         // ES256 (ECDSA P-256 + SHA-256, RFC 7518 §3.4) keys and JWS signatures on OpenSSL: the APNs client
-        // signs provider tokens, the simulator and the registration service verify JWTs.
+        // signs provider tokens (and loads its certificates' keys with the same EVP_PKEY owner), the
+        // simulator and the registration service verify JWTs.
         .target(name: "ES256", dependencies: ["COpenSSL", "ProtobufCodec"]),
         // The APNs client; the simulator, with the provider-token verification only it does.
         .target(name: "APNs", dependencies: ["COpenSSL", "ES256", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
