@@ -35,9 +35,11 @@ let package = Package(
         .target(name: "ProtobufCodec"),
         // Services, settings, logging, metrics, digests: what every process needs.
         .target(name: "ServiceCore", dependencies: ["COpenSSL", "ProtobufCodec"]),
+        // The push.v1 messages generated from Protos/.
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
-        // The push domain's shared rules: device tokens, apns-ids, environments, token kinds, topic names.
-        .target(name: "PushDomain", dependencies: ["PushMessages"]),
+        // The push domain's shared rules: device tokens, apns-ids, environments, push types and the token
+        // kinds they need, topic names, and the push.v1 enums as these types.
+        .target(name: "PushDomain", dependencies: ["ProtobufCodec", "PushMessages"]),
         // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
         .target(name: "Kafka", dependencies: ["CRdKafka", "ProtobufCodec", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),
@@ -45,18 +47,23 @@ let package = Package(
         .target(name: "GRPC", dependencies: ["HTTP2", "ProtobufCodec", "ServiceCore"]),
         // The development broker: a mock cluster with the project's topics (kafka-dev-broker).
         .target(name: "KafkaDevBroker", dependencies: ["Kafka", "PushDomain", "ServiceCore"]),
+        // ES256 (ECDSA P-256 + SHA-256, RFC 7518 §3.4) keys and JWS signatures on OpenSSL: the APNs client
+        // signs provider tokens (and loads its certificates' keys with the same EVP_PKEY owner), the
+        // simulator and the registration service verify JWTs.
+        .target(name: "ES256", dependencies: ["COpenSSL", "ProtobufCodec"]),
         // The APNs client; the simulator, with the provider-token verification only it does.
-        .target(name: "APNs", dependencies: ["COpenSSL", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
-        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
+        .target(name: "APNs", dependencies: ["COpenSSL", "ES256", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
+        .target(name: "APNsSimulator", dependencies: ["AdminHTTP", "APNs", "ES256", "HTTP2", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         // HTTP/1.1 admin port (/metrics, /healthz, /readyz) of every executable, on libmicrohttpd.
         .target(name: "AdminHTTP", dependencies: ["CMicroHTTPD", "ServiceCore"]),
 
         // Service logic, testable without the executables. DispatcherStatus: what PostgreSQL says about a
-        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status.
+        // request, read by the dispatcher's GET /v1/requests/<id> and by pushctl status, and the audience
+        // of a campaign (AudienceQuery), counted by pushctl send and paged by the dispatcher.
         .target(
             name: "RegistrationServiceCore",
-            dependencies: ["AdminHTTP", "APNs", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
-        .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushMessages"]),
+            dependencies: ["AdminHTTP", "ES256", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
+        .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushDomain", "PushMessages"]),
         .target(
             name: "DispatcherCore",
             dependencies: [
@@ -74,13 +81,12 @@ let package = Package(
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "PushDomain", "ServiceCore"]),
         // pushctl: the operator's command line (gRPC registration, sends, feedback, dead letters, tokens,
         // request status, simulator faults). Its logic is in PushCtlCore, tested without I/O; the request
-        // status is read as the dispatcher reads it (DispatcherStatus's RequestStatusReader); the audience
-        // count of a dry run still comes from DispatcherCore's AudienceQuery (docs/modules.md).
+        // status and the audience count are read as the dispatcher reads them (DispatcherStatus's
+        // RequestStatusReader and AudienceQuery), without the dispatcher itself.
         .target(
             name: "PushCtlCore",
             dependencies: [
-                "DispatcherCore", "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages",
-                "ServiceCore",
+                "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
             ]),
         .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
     ]
@@ -101,7 +107,7 @@ if hasTests {
         // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
         .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
         .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
+        .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ES256", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],
             exclude: ["Python"]),
@@ -118,8 +124,9 @@ if hasTests {
             dependencies: [
                 "RegistrationServiceCore", "APNs", "GRPC", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "PushTestSupport", "ServiceCore",
             ]),
-        // docs/modules.md's import graph against Sources/ and this manifest (reads files only).
+        // docs/modules.md's import graph against Sources/ and this manifest, and the guard rails on the
+        // dispatcher's and ServiceCore's sources (file and function lengths, no unstructured task); reads files only.
         .testTarget(name: "ModuleGraphTests"),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherCore", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }

@@ -1,4 +1,6 @@
 import ProtobufCodec
+import PushDomain
+
 /// Checks an ``APNsRequest`` before it is sent, so a notification APNs would refuse fails at once with
 /// Apple's reason instead of costing a round trip (4xx responses also cut throughput,
 /// docs/apns-protocol.md §3).

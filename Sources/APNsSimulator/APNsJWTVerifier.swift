@@ -1,4 +1,5 @@
 import APNs
+import ES256
 import ProtobufCodec
 
 /// Verifies APNs provider tokens the way APNs does, for the simulator (docs/apns-protocol.md §4).
@@ -7,19 +8,23 @@ import ProtobufCodec
 /// APNs accepts both (Apple's own `openssl dgst -sha256 -sign` recipe makes DER). Checks the structure
 /// and the signature; the one-hour `iat` rule is left to the caller (``APNsVerifiedJWT/age(atSeconds:)``).
 public struct APNsJWTVerifier: Sendable {
-    private let keysByKeyID: [String: APNsPublicKey]
-    private let anyKey: APNsPublicKey?
+    private let keysByKeyID: [String: ES256PublicKey]
+    private let anyKey: ES256PublicKey?
 
     /// Verifies every token against one public key, whatever its `kid`.
     /// - Throws: `APNsError` `.invalidPublicKey` when the PEM is not an EC P-256 public key.
     public init(publicKeyPEM: String) throws(APNsError) {
-        anyKey = try APNsPublicKey(pem: publicKeyPEM)
+        do {
+            anyKey = try ES256PublicKey(pem: publicKeyPEM)
+        } catch {
+            throw APNsError(code: .invalidPublicKey, message: error.message)
+        }
         keysByKeyID = [:]
     }
 
     /// Verifies each token against the key registered for its `kid`; an unknown `kid` fails with
     /// `.badSignature` (APNs answers `InvalidProviderToken`).
-    public init(publicKeysByKeyID: [String: APNsPublicKey]) {
+    public init(publicKeysByKeyID: [String: ES256PublicKey]) {
         anyKey = nil
         keysByKeyID = publicKeysByKeyID
     }

@@ -336,34 +336,39 @@ extension APNsSimulatorFaults {
         try reader.finish()
     }
 
-    /// The JSON form shown on the type (every key, defaults included).
-    public var jsonObject: [String: Any] {
-        var object: [String: Any] = [
-            "status_shares": Dictionary(uniqueKeysWithValues: statusShares.map { (String($0.key), $0.value) }),
-            "reason_shares": Dictionary(uniqueKeysWithValues: reasonShares.map { ($0.key.rawValue, $0.value) }),
-            "drop_after_streams": dropAfterStreams,
-            "unanswered_share": unansweredShare,
-            "max_concurrent_streams": maxConcurrentStreams,
-            "max_concurrent_streams_schedule": maxConcurrentStreamsSchedule.map { ["after_ms": $0.after.wholeMilliseconds, "value": $0.value] },
+    /// The JSON form shown on the type (every key, defaults included), keys in order.
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [
+            "status_shares": .sortedObject(Dictionary(uniqueKeysWithValues: statusShares.map { (String($0.key), .double($0.value)) })),
+            "reason_shares": .sortedObject(Dictionary(uniqueKeysWithValues: reasonShares.map { ($0.key.rawValue, .double($0.value)) })),
+            "drop_after_streams": .integer(dropAfterStreams),
+            "unanswered_share": .double(unansweredShare),
+            "max_concurrent_streams": .integer(maxConcurrentStreams),
+            "max_concurrent_streams_schedule": .array(maxConcurrentStreamsSchedule.map {
+                .sortedObject(["after_ms": .integer($0.after.wholeMilliseconds), "value": .integer($0.value)])
+            }),
         ]
         if let latency {
-            object["latency"] = [
-                "distribution": latency.distribution.rawValue, "min_ms": latency.minimum.wholeMilliseconds,
-                "max_ms": latency.maximum.wholeMilliseconds, "mean_ms": latency.mean.wholeMilliseconds, "share": latency.share,
-            ]
+            object["latency"] = .sortedObject([
+                "distribution": .string(latency.distribution.rawValue), "min_ms": .integer(latency.minimum.wholeMilliseconds),
+                "max_ms": .integer(latency.maximum.wholeMilliseconds), "mean_ms": .integer(latency.mean.wholeMilliseconds),
+                "share": .double(latency.share),
+            ])
         }
-        if let hungTokens { object["hung_tokens"] = ["share": hungTokens.share, "tokens": hungTokens.tokens.sorted()] as [String: Any] }
-        if let hold { object["hold"] = ["tokens": hold.tokens.sorted()] }
-        if let providerTokensExpiredThroughIat { object["provider_tokens_expired_through_iat"] = providerTokensExpiredThroughIat }
+        if let hungTokens { object["hung_tokens"] = .sortedObject(["share": .double(hungTokens.share), "tokens": .strings(hungTokens.tokens.sorted())]) }
+        if let hold { object["hold"] = .sortedObject(["tokens": .strings(hold.tokens.sorted())]) }
+        if let providerTokensExpiredThroughIat { object["provider_tokens_expired_through_iat"] = .integer(providerTokensExpiredThroughIat) }
         if let tokenRateLimit {
-            object["token_rate_limit"] = ["max_pushes": tokenRateLimit.maxPushes, "window_ms": tokenRateLimit.window.wholeMilliseconds]
+            object["token_rate_limit"] = .sortedObject(["max_pushes": .integer(tokenRateLimit.maxPushes), "window_ms": .integer(tokenRateLimit.window.wholeMilliseconds)])
         }
         if let goAway {
-            var value: [String: Any] = ["after_streams": goAway.afterStreams, "reason": goAway.reason, "error_code": goAway.errorCode]
-            if let every = goAway.every { value["every_ms"] = every.wholeMilliseconds }
-            object["goaway"] = value
+            var value: [String: JSONValue] = [
+                "after_streams": .integer(goAway.afterStreams), "reason": .string(goAway.reason), "error_code": .integer(goAway.errorCode),
+            ]
+            if let every = goAway.every { value["every_ms"] = .integer(every.wholeMilliseconds) }
+            object["goaway"] = .sortedObject(value)
         }
-        return object
+        return .sortedObject(object)
     }
 }
 

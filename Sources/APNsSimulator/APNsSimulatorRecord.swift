@@ -41,39 +41,39 @@ public struct APNsSimulatorRecord: Sendable {
     public var certificateSubject: String?
 
     /// The decoded JWT header and claims of the `authorization` header (decoded, not verified), as
-    /// JSON objects; nil when there is none or it is not a JWT.
-    public var jwt: (header: [String: Any], claims: [String: Any])? {
+    /// parsed JSON objects (members in their order); nil when there is none or it is not a JWT.
+    public var jwt: (header: JSONObject, claims: JSONObject)? {
         guard let authorization = headers.first("authorization") else { return nil }
         let token = authorization.hasPrefix("bearer ") ? authorization.dropFirst(7) : Substring(authorization)
         guard let jwt = try? JSONWebToken(parsing: String(token)),
-              let header = try? JSONSerialization.jsonObject(with: Data(jwt.headerJSON.utf8)) as? [String: Any],
-              let claims = try? JSONSerialization.jsonObject(with: Data(jwt.claimsJSON.utf8)) as? [String: Any]
+              case .object(let header)? = try? JSONValue(parsing: Array(jwt.headerJSON.utf8)),
+              case .object(let claims)? = try? JSONValue(parsing: Array(jwt.claimsJSON.utf8))
         else { return nil }
         return (header, claims)
     }
 
-    /// The record as the admin API shows it (see `APNsSimulator`'s admin API documentation).
-    var jsonObject: [String: Any] {
-        var object: [String: Any] = [
-            "environment": environment.rawValue,
-            "connection": connectionID,
-            "stream": streamID,
-            "received_at_ms": receivedAtMilliseconds,
-            "method": method,
-            "path": path,
-            "headers": headers.map { [$0.name, $0.value] },
-            "body": String(decoding: body, as: UTF8.self),
-            "body_bytes": body.count,
-            "status": status.map { $0 as Any } ?? NSNull(),
-            "delay_ms": delayMilliseconds,
+    /// The record as the admin API shows it (see `APNsSimulator`'s admin API documentation), keys in order.
+    var jsonValue: JSONValue {
+        var object: [String: JSONValue] = [
+            "environment": .string(environment.rawValue),
+            "connection": .integer(connectionID),
+            "stream": .integer(streamID),
+            "received_at_ms": .integer(receivedAtMilliseconds),
+            "method": .string(method),
+            "path": .string(path),
+            "headers": .array(headers.map { .strings([$0.name, $0.value]) }),
+            "body": .string(String(decoding: body, as: UTF8.self)),
+            "body_bytes": .integer(body.count),
+            "status": status.map { .integer($0) } ?? .null,
+            "delay_ms": .integer(delayMilliseconds),
         ]
-        if let reason { object["reason"] = reason }
-        if let timestampMilliseconds { object["timestamp"] = timestampMilliseconds }
-        if let apnsID { object["apns_id"] = apnsID }
-        if let fault { object["fault"] = fault }
-        if let certificateSubject { object["certificate_subject"] = certificateSubject }
-        if let jwt { object["jwt"] = ["header": jwt.header, "claims": jwt.claims] }
-        return object
+        if let reason { object["reason"] = .string(reason) }
+        if let timestampMilliseconds { object["timestamp"] = .integer(timestampMilliseconds) }
+        if let apnsID { object["apns_id"] = .string(apnsID) }
+        if let fault { object["fault"] = .string(fault) }
+        if let certificateSubject { object["certificate_subject"] = .string(certificateSubject) }
+        if let jwt { object["jwt"] = .sortedObject(["header": .object(jwt.header), "claims": .object(jwt.claims)]) }
+        return .sortedObject(object)
     }
 }
 

@@ -1,4 +1,5 @@
 import APNs
+import ES256
 
 /// A provider token whose structure and signature checked out.
 public struct APNsVerifiedJWT: Hashable, Sendable {

@@ -6,7 +6,7 @@ import PushDomain
 import ServiceCore
 
 /// The admin API's routes (documented on `APNsSimulator`). Runs on the admin listener's single
-/// event-loop thread; Foundation JSON is fine here, it is not the push path.
+/// event-loop thread. Answers are written with the project's JSON writer, keys in order.
 struct AdminAPI: Sendable {
     let state: SimulatorState
 
@@ -17,25 +17,27 @@ struct AdminAPI: Sendable {
             switch (request.method, route) {
             case ("GET", "/admin/requests"):
                 let query = try RecordQuery(query: pathAndQuery.count == 2 ? pathAndQuery[1] : nil)
-                return ok(["requests": query.apply(to: state.recorder.records()).map(\.jsonObject)])
+                return ok(["requests": .array(query.apply(to: state.recorder.records()).map(\.jsonValue))])
             case ("GET", "/admin/counters"):
                 let (counters, total) = state.recorder.counters()
-                return ok(["counters": counters, "total": total])
+                return ok(["counters": .sortedObject(counters.mapValues { .integer($0) }), "total": .integer(total)])
             case ("POST", "/admin/reset"):
                 state.reset()
-                return ok(["reset": true])
+                return ok(["reset": .bool(true)])
             case ("GET", "/admin/faults"):
-                return ok(state.faults.jsonObject)
+                return ok(state.faults.jsonValue)
             case ("PUT", "/admin/faults"):
                 let faults = try APNsSimulatorFaults(jsonObject: try body(request))
                 state.setFaults(faults)
-                return ok(faults.jsonObject)
+                return ok(faults.jsonValue)
             case ("GET", "/admin/held"):
-                let held = state.held.withLock { $0 }.map { answer -> [String: Any] in
-                    ["token": answer.token, "environment": answer.environment.rawValue,
-                     "connection": answer.connectionID, "stream": answer.streamID, "status": answer.status]
+                let held = state.held.withLock { $0 }.map { answer -> JSONValue in
+                    .sortedObject([
+                        "token": .string(answer.token), "environment": .string(answer.environment.rawValue),
+                        "connection": .integer(answer.connectionID), "stream": .integer(answer.streamID), "status": .integer(answer.status),
+                    ])
                 }
-                return ok(["held": held])
+                return ok(["held": .array(held)])
             case ("POST", "/admin/held/release"):
                 var reader = JSONReader(try body(request, allowEmpty: true), path: "body")
                 let token = try reader.string("token")
@@ -49,19 +51,19 @@ struct AdminAPI: Sendable {
                 } else {
                     hex = nil
                 }
-                return ok(["released": state.releaseHeld(token: hex)])
+                return ok(["released": .integer(state.releaseHeld(token: hex))])
             case ("POST", "/admin/tokens"):
                 let registration = try APNsSimulator.TokenRegistration(jsonObject: .object(try body(request)), path: "body")
                 try state.register(registration)
-                return ok(["registered": registration.token.lowercased()])
+                return ok(["registered": .string(registration.token.lowercased())])
             case ("POST", "/admin/tokens/unregistered"):
                 let invalidation = try APNsSimulator.TokenInvalidation(
                     jsonObject: .object(try body(request)), path: "body", now: state.clock.nowMilliseconds())
                 try state.invalidate(invalidation)
-                return ok(["token": invalidation.token.lowercased(), "timestamp_ms": invalidation.timestampMilliseconds,
-                           "reason": invalidation.reason.rawValue])
+                return ok(["token": .string(invalidation.token.lowercased()), "timestamp_ms": .integer(invalidation.timestampMilliseconds),
+                           "reason": .string(invalidation.reason.rawValue)])
             case ("GET", "/admin/connections"):
-                return ok(["connections": state.connectionStates().map(describe)])
+                return ok(["connections": .array(state.connectionStates().map(describe))])
             case ("POST", "/admin/connections/goaway"):
                 var reader = JSONReader(try body(request, allowEmpty: true), path: "body")
                 let targets = try select(&reader)
@@ -71,7 +73,7 @@ struct AdminAPI: Sendable {
                 for connection in targets where connection.goAway(lastStreamID: nil, reason: reason, errorCode: code) {
                     state.recorder.count("goaway")
                 }
-                return ok(["connections": targets.map { $0.connection.id }])
+                return ok(["connections": .array(targets.map { .integer($0.connection.id) })])
             case ("POST", "/admin/connections/drop"):
                 var reader = JSONReader(try body(request, allowEmpty: true), path: "body")
                 let targets = try select(&reader)
@@ -80,10 +82,10 @@ struct AdminAPI: Sendable {
                     connection.connection.drop()
                     state.recorder.count("dropped")
                 }
-                return ok(["connections": targets.map { $0.connection.id }])
+                return ok(["connections": .array(targets.map { .integer($0.connection.id) })])
             case ("GET", "/admin/clock"):
-                var object: [String: Any] = ["now_ms": state.clock.nowMilliseconds(), "manual": state.clock is ManualWallClock]
-                if let clock = state.clock as? OffsetWallClock { object["offset_ms"] = clock.offsetMilliseconds }
+                var object: [String: JSONValue] = ["now_ms": .integer(state.clock.nowMilliseconds()), "manual": .bool(state.clock is ManualWallClock)]
+                if let clock = state.clock as? OffsetWallClock { object["offset_ms"] = .integer(clock.offsetMilliseconds) }
                 return ok(object)
             case ("POST", "/admin/clock"):
                 var reader = JSONReader(try body(request), path: "body")
@@ -97,7 +99,7 @@ struct AdminAPI: Sendable {
                     return error(409, "the simulator runs on the system clock; start it with PUSH_SIM_CLOCK_OFFSET_MS (0 is fine) to move it")
                 }
                 try reader.finish()
-                return ok(["now_ms": state.clock.nowMilliseconds()])
+                return ok(["now_ms": .integer(state.clock.nowMilliseconds())])
             default:
                 return error(404, "no admin route \(request.method) \(route)")
             }
@@ -116,21 +118,21 @@ struct AdminAPI: Sendable {
         }
     }
 
-    private func describe(_ connection: ConnectionState) -> [String: Any] {
+    private func describe(_ connection: ConnectionState) -> JSONValue {
         let fields = connection.fields.withLock { ($0.streams, $0.trusted, $0.limit, $0.boundKeyID, $0.verified?.issuer) }
-        var object: [String: Any] = [
-            "environment": connection.environment.rawValue, "connection": connection.connection.id,
-            "remote": connection.connection.remoteAddress,
-            "auth": connection.certificate == nil ? "token" : "certificate",
-            "streams": fields.0, "trusted": fields.1, "max_concurrent_streams": fields.1 ? Int(fields.2) : 1,
+        var object: [String: JSONValue] = [
+            "environment": .string(connection.environment.rawValue), "connection": .integer(connection.connection.id),
+            "remote": .string(connection.connection.remoteAddress),
+            "auth": .string(connection.certificate == nil ? "token" : "certificate"),
+            "streams": .integer(fields.0), "trusted": .bool(fields.1), "max_concurrent_streams": .integer(fields.1 ? Int(fields.2) : 1),
         ]
-        if let keyID = fields.3 { object["key_id"] = keyID }
-        if let team = fields.4 { object["team_id"] = team }
+        if let keyID = fields.3 { object["key_id"] = .string(keyID) }
+        if let team = fields.4 { object["team_id"] = .string(team) }
         if let certificate = connection.certificate {
-            object["certificate_subject"] = certificate.subject
-            object["certificate_topics"] = certificate.topics
+            object["certificate_subject"] = .string(certificate.subject)
+            object["certificate_topics"] = .strings(certificate.topics)
         }
-        return object
+        return .sortedObject(object)
     }
 
     private func body(_ request: HTTP2ServerRequest, allowEmpty: Bool = false) throws(APNsSimulatorError) -> JSONObject {
@@ -144,15 +146,15 @@ struct AdminAPI: Sendable {
         return object
     }
 
-    private func ok(_ object: [String: Any]) -> HTTP2ServerResponse {
-        HTTP2ServerResponse(status: 200, headers: [HTTP2Header("content-type", "application/json")], body: encode(object))
+    private func ok(_ members: [String: JSONValue]) -> HTTP2ServerResponse { ok(.sortedObject(members)) }
+
+    private func ok(_ value: JSONValue) -> HTTP2ServerResponse {
+        HTTP2ServerResponse(status: 200, headers: [HTTP2Header("content-type", "application/json")], body: value.serializedBytes)
     }
 
     private func error(_ status: Int, _ message: String) -> HTTP2ServerResponse {
-        HTTP2ServerResponse(status: status, headers: [HTTP2Header("content-type", "application/json")], body: encode(["error": message]))
-    }
-
-    private func encode(_ object: Any) -> [UInt8] {
-        (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map { Array($0) } ?? Array("{}".utf8)
+        HTTP2ServerResponse(
+            status: status, headers: [HTTP2Header("content-type", "application/json")],
+            body: JSONValue.sortedObject(["error": .string(message)]).serializedBytes)
     }
 }

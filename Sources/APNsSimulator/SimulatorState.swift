@@ -1,4 +1,5 @@
 import APNs
+import ES256
 import Foundation
 import HTTP2
 import PushDomain
@@ -63,11 +64,11 @@ final class SimulatorState: Sendable {
     let liveConnectionKeys = Mutex<(@Sendable () -> Set<UInt64>)?>(nil)
 
     init(configuration: APNsSimulator.Configuration) throws(APNsSimulatorError) {
-        var publicKeys: [String: APNsPublicKey] = [:]
+        var publicKeys: [String: ES256PublicKey] = [:]
         var keys: [String: TrustedKeyInfo] = [:]
         for key in configuration.trustedKeys {
             do {
-                publicKeys[key.keyID] = try APNsPublicKey(pem: key.publicKeyPEM)
+                publicKeys[key.keyID] = try ES256PublicKey(pem: key.publicKeyPEM)
             } catch {
                 throw APNsSimulatorError(.invalidKey, "trusted key \(key.keyID) is not an EC P-256 public key", cause: error)
             }

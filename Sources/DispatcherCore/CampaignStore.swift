@@ -257,12 +257,6 @@ public final class CampaignStore: Sendable {
     }
 
     static func record(_ row: PostgresRow) throws -> CampaignRecord {
-        var counts = CampaignCounts()
-        counts.processed = try row.int64("processed") ?? 0
-        counts.delivered = try row.int64("delivered") ?? 0
-        counts.rejected = try row.int64("rejected") ?? 0
-        counts.failed = try row.int64("failed") ?? 0
-        counts.skipped = try row.int64("skipped") ?? 0
         let requestID = try row.string("request_id") ?? ""
         return CampaignRecord(
             requestID: requestID,
@@ -272,7 +266,7 @@ public final class CampaignStore: Sendable {
             requestedAtMs: try row.int64("requested_at_ms") ?? 0,
             startedAtMs: try row.int64("started_at_ms") ?? 0,
             cursor: try row.string("cursor"),
-            counts: counts,
+            counts: try CampaignCounts(row: row),
             cancelRequested: !(try row.isNull("cancel_requested_at_ms")),
             lease: nil)
     }

@@ -1,5 +1,6 @@
 import APNs
 import ProtobufCodec
+import PushDomain
 import ServiceCore
 
 /// The `apns-collapse-id` the dispatcher gives an alert push whose caller set none, so that a copy

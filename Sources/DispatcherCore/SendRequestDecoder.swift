@@ -1,4 +1,5 @@
 import APNs
+import DispatcherStatus
 import Kafka
 import ProtobufCodec
 import PushDomain
@@ -150,7 +151,7 @@ public enum SendRequestDecoder {
             throw Rejection("\(NotificationTemplate.field(for: error)): \(error.message)")
         }
         // Campaign hook (docs/campaigns.md): the audience and its filter.
-        if case .audience = target { _ = try AudienceQuery(request) }
+        if case .audience = target { try rejecting { () throws(InvalidFieldError) in _ = try AudienceQuery(request) } }
     }
 }
 

@@ -192,18 +192,8 @@ extension TokenStore {
             let unregistrations = layer.unregistrations
             // An unknown token gets an inactive row, so that an older registration arriving later
             // cannot activate it.
-            changed += try await connection.execute("""
-                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,
-                    inactive_reason, inactive_at_ms, last_event_at_ms)
-                SELECT e.token, e.bundle, 'production', 'standard', 'inactive', 'unregistered', e.at_ms, e.at_ms
-                  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS e(token, bundle, at_ms)
-                ON CONFLICT (device_token) DO UPDATE SET
-                    status = 'inactive', inactive_reason = 'unregistered',
-                    inactive_at_ms = EXCLUDED.inactive_at_ms,
-                    last_event_at_ms = EXCLUDED.last_event_at_ms, updated_at = now()
-                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
-                  AND device_tokens.bundle_id = EXCLUDED.bundle_id
-                """,
+            changed += try await connection.execute(
+                Self.unregistrationSQL,
                 [.string(PostgresArrayLiteral.text(unregistrations.map(\.token))),
                  .string(PostgresArrayLiteral.text(unregistrations.map(\.bundleID))),
                  .string(PostgresArrayLiteral.int64(unregistrations.map(\.eventTimeMs)))],

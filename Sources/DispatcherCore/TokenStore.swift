@@ -96,25 +96,32 @@ public final class TokenStore: Sendable {
     }
 
     private func unregister(token: String, bundleID: String, at eventTime: Int64) async throws -> Bool {
-        // An unknown token gets an inactive row, so that an older registration arriving later
-        // cannot activate it.
-        let rows = try await pool.withConnection { connection in
-            try await connection.query("""
-                INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,
-                    inactive_reason, inactive_at_ms, last_event_at_ms)
-                VALUES ($1, $2, 'production', 'standard', 'inactive', 'unregistered', $3, $3)
-                ON CONFLICT (device_token) DO UPDATE SET
-                    status = 'inactive', inactive_reason = 'unregistered',
-                    inactive_at_ms = EXCLUDED.inactive_at_ms,
-                    last_event_at_ms = EXCLUDED.last_event_at_ms, updated_at = now()
-                WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
-                  AND device_tokens.bundle_id = EXCLUDED.bundle_id
-                RETURNING device_token
-                """,
-                [.string(token), .string(bundleID), .int64(eventTime)])
+        let changed = try await pool.withConnection { connection in
+            try await connection.execute(
+                Self.unregistrationSQL,
+                [.string(PostgresArrayLiteral.text([token])), .string(PostgresArrayLiteral.text([bundleID])),
+                 .string(PostgresArrayLiteral.int64([eventTime]))],
+                prepared: true)
         }
-        return !rows.isEmpty
+        return changed > 0
     }
+
+    /// Unregistrations applied in one statement: `$1` the tokens, `$2` their bundle ids, `$3` the event
+    /// times (ms since the epoch), as array literals. A token turns inactive (`unregistered`) when the
+    /// event is newer than its last one and the bundle matches; an unknown token gets an inactive row, so
+    /// that an older registration arriving later cannot activate it. Each row changed counts one.
+    static let unregistrationSQL = """
+        INSERT INTO device_tokens (device_token, bundle_id, environment, token_kind, status,
+            inactive_reason, inactive_at_ms, last_event_at_ms)
+        SELECT e.token, e.bundle, 'production', 'standard', 'inactive', 'unregistered', e.at_ms, e.at_ms
+          FROM unnest($1::text[], $2::text[], $3::bigint[]) AS e(token, bundle, at_ms)
+        ON CONFLICT (device_token) DO UPDATE SET
+            status = 'inactive', inactive_reason = 'unregistered',
+            inactive_at_ms = EXCLUDED.inactive_at_ms,
+            last_event_at_ms = EXCLUDED.last_event_at_ms, updated_at = now()
+        WHERE device_tokens.last_event_at_ms < EXCLUDED.last_event_at_ms
+          AND device_tokens.bundle_id = EXCLUDED.bundle_id
+        """
 
     // MARK: Look-ups for sending
 

@@ -1,3 +1,4 @@
+import Postgres
 import PushMessages
 
 /// Counts of a campaign's final outcomes (the `campaigns` row's counters, `CampaignProgress`,
@@ -11,6 +12,17 @@ public struct CampaignCounts: Sendable, Equatable {
     public var skipped: Int64 = 0
 
     public init() {}
+
+    /// The counts of a row with the columns `processed`, `delivered`, `rejected`, `failed` and
+    /// `skipped` (a `campaigns` row, or the same names counted over `send_log`); NULL reads as 0.
+    /// - Throws: `PostgresError` when a column is missing or not an integer.
+    public init(row: PostgresRow) throws {
+        processed = try row.int64("processed") ?? 0
+        delivered = try row.int64("delivered") ?? 0
+        rejected = try row.int64("rejected") ?? 0
+        failed = try row.int64("failed") ?? 0
+        skipped = try row.int64("skipped") ?? 0
+    }
 
     /// Counts one final outcome (anything but DELIVERED, REJECTED, FAILED counts as skipped).
     public mutating func count(_ outcome: DeliveryOutcome) {

@@ -19,7 +19,7 @@ public enum RequestStatusReader {
         if let row = campaignRows.first {
             var facts = RequestStatusDecision.CampaignFacts(state: CampaignState(rawValue: try row.string("status") ?? "") ?? .accepted)
             facts.sendAtMs = try row.int64("send_at_ms") ?? 0
-            facts.counts = try counts(row)
+            facts.counts = try CampaignCounts(row: row)
             facts.cancelRequested = try row.bool("cancel_requested") ?? false
             facts.startedAtMs = try row.int64("started_at_ms") ?? 0
             facts.completedAtMs = try row.int64("completed_at_ms") ?? 0
@@ -47,17 +47,7 @@ public enum RequestStatusReader {
         facts.pendingRequest = try row.bool("pending_request") ?? false
         facts.parked = try row.int64("parked") ?? 0
         facts.cancelRequested = try row.bool("cancel_requested") ?? false
-        facts.counts = try counts(row)
+        facts.counts = try CampaignCounts(row: row)
         return RequestStatusDecision.report(requestID: requestID, campaign: nil, immediate: facts)
-    }
-
-    private static func counts(_ row: PostgresRow) throws -> CampaignCounts {
-        var counts = CampaignCounts()
-        counts.processed = try row.int64("processed") ?? 0
-        counts.delivered = try row.int64("delivered") ?? 0
-        counts.rejected = try row.int64("rejected") ?? 0
-        counts.failed = try row.int64("failed") ?? 0
-        counts.skipped = try row.int64("skipped") ?? 0
-        return counts
     }
 }

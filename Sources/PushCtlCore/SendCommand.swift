@@ -1,7 +1,8 @@
-import DispatcherCore
+import DispatcherStatus
 import Foundation
 import Kafka
 import Postgres
+import PushDomain
 import PushMessages
 import ServiceCore
 

@@ -1,4 +1,3 @@
-import APNs
 import Foundation
 import ProtobufCodec
 import ServiceCore

@@ -1,4 +1,4 @@
-import APNs
+import ES256
 import ProtobufCodec
 
 /// What the key file (`PUSH_AUTH_KEYS_FILE`, or the same JSON in `PUSH_AUTH_KEYS`) holds: API keys by
@@ -44,7 +44,7 @@ public struct RegistrationCredentials: Sendable {
         /// How tokens signed for this `kid` are verified.
         public enum Verification: Sendable {
             /// ES256 with this P-256 public key.
-            case es256(APNsPublicKey)
+            case es256(ES256PublicKey)
             /// HS256 with this shared secret.
             case hs256([UInt8])
 
@@ -197,8 +197,8 @@ public struct RegistrationCredentials: Sendable {
         switch try string(fields, "alg", at: path) {
         case "ES256":
             let pem = try string(fields, "public_key_pem", at: path)
-            do throws(APNsError) {
-                verification = .es256(try APNsPublicKey(pem: pem))
+            do throws(ES256Error) {
+                verification = .es256(try ES256PublicKey(pem: pem))
             } catch {
                 throw FormatError("\(path).public_key_pem: \(error.message)")
             }

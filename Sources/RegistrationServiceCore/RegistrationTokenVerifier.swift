@@ -1,4 +1,4 @@
-import APNs
+import ES256
 import ProtobufCodec
 
 /// Checks user-bound registration JWTs (docs/registration-auth.md): the app's backend signs a

@@ -2,6 +2,7 @@ import APNs
 import APNsSimulator
 import Foundation
 import HTTP2
+import ProtobufCodec
 import PushTestSupport
 import ServiceCore
 import Synchronization
@@ -162,7 +163,7 @@ import Testing
             let records = harness.simulator.receivedRequests()
             for index in 1...count {
                 let sent = records.filter { $0.path.hasSuffix(deviceToken(index).hex) }
-                let iats = sent.compactMap { ($0.jwt?.claims["iat"] as? NSNumber)?.int64Value }
+                let iats = sent.compactMap { $0.jwt?.claims["iat"]?.integerValue }
                 #expect(sent.count <= 2, "at most two sends per notification: \(sent.count)")
                 if sent.count == 2 {
                     #expect(sent.map(\.status) == [403, 200])

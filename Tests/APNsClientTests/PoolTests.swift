@@ -1,6 +1,7 @@
 import APNs
 import APNsSimulator
 import Foundation
+import ProtobufCodec
 import PushTestSupport
 import HTTP2
 import ServiceCore
@@ -291,7 +292,7 @@ import Testing
             #expect(records.count == 1080)
             var byConnection: [UInt64: [(at: Int64, iat: Int64)]] = [:]
             for record in records {
-                let iat = try #require((record.jwt?.claims["iat"] as? NSNumber)?.int64Value)
+                let iat = try #require(record.jwt?.claims["iat"]?.integerValue)
                 byConnection[record.connectionID, default: []].append((record.receivedAtMilliseconds / 1000, iat))
             }
             #expect(byConnection.count == 3, "the same three connections for three hours")

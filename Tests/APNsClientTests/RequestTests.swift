@@ -2,6 +2,7 @@ import APNs
 import APNsSimulator
 import Foundation
 import HTTP2
+import ProtobufCodec
 import PushDomain
 import ServiceCore
 import Testing
@@ -198,7 +199,7 @@ import Testing
             let unknown = APNsRequest(deviceToken: deviceToken(9), topic: "net.nobody.app", pushType: .alert, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8))
             await #expect(throws: APNsError.self) { _ = try await client.send(unknown, environment: .production) }
             let records = harness.simulator.receivedRequests()
-            func issuer(_ record: APNsSimulatorRecord) -> String? { record.jwt?.claims["iss"] as? String }
+            func issuer(_ record: APNsSimulatorRecord) -> String? { if case .string(let issuer)? = record.jwt?.claims["iss"] { issuer } else { nil } }
             let byTopic = Dictionary(records.map { ($0.header("apns-topic")!, (issuer($0), $0.connectionID)) }, uniquingKeysWith: { a, _ in a })
             #expect(byTopic["com.example.app"]?.0 == Credentials.team1)
             #expect(byTopic["com.example.other"]?.0 == Credentials.team1)

@@ -30,7 +30,7 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         #expect(faults.maxConcurrentStreamsSchedule == [.init(after: .milliseconds(100), value: 1)])
         #expect(faults.hungTokens == .init(share: 0.02, tokens: ["ab" * 32]))
         #expect(faults.hold == .init(tokens: ["ef" * 32]))
-        let again = try APNsSimulatorFaults(json: Array(try JSONSerialization.data(withJSONObject: faults.jsonObject)))
+        let again = try APNsSimulatorFaults(json: faults.jsonValue.serializedBytes)
         #expect(again == faults)
         #expect(try APNsSimulatorFaults(json: Array("{}".utf8)) == APNsSimulatorFaults())
     }

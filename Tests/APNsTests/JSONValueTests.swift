@@ -31,4 +31,19 @@ import Testing
         }
         #expect(JSONValue.quote("a/b\u{01}") == #""a/b\u0001""#, "/ is never escaped, controls are")
     }
+
+    /// The one writer writes any value back as compact text, members and number literals as they are.
+    @Test func writingAParsedDocumentGivesItsCompactText() throws {
+        let compact = #"{"b":[1,-2.5e3,true,null,"x\"y"],"a":{"n":12345678901234567890,"s":"ü/"},"b":{}}"#
+        #expect(String(decoding: try JSONValue(parsing: Array(compact.utf8)).serializedBytes, as: UTF8.self) == compact)
+        let spaced = Array(" { \"k\" : [ 1 , 2 ] } ".utf8)
+        #expect(String(decoding: try JSONValue(parsing: spaced).serializedBytes, as: UTF8.self) == #"{"k":[1,2]}"#)
+    }
+
+    @Test func builtValuesWriteInKeyOrderWithPlainNumbers() {
+        let value = JSONValue.sortedObject([
+            "z": .integer(UInt64.max), "a": .double(0.25), "m": .double(2), "n": .double(.nan), "s": .strings(["x", "y"]),
+        ])
+        #expect(String(decoding: value.serializedBytes, as: UTF8.self) == #"{"a":0.25,"m":2,"n":null,"s":["x","y"],"z":18446744073709551615}"#)
+    }
 }

@@ -1,4 +1,5 @@
 import APNsSimulator
+import ES256
 import Foundation
 import ProtobufCodec
 import Testing

@@ -62,6 +62,20 @@ struct CampaignDecisionTests {
         #expect(parameters == [.string("com.example.app"), .string("voip"), .string(""), .string("sandbox"), .int(500)])
     }
 
+    /// The audience's token kind is the one the dispatcher's APNs request for the notification needs,
+    /// for every push type, and a Live Activity `event: start` reaches push-to-start tokens.
+    @Test(arguments: APNsPushType.allCases)
+    func theAudiencesTokenKindIsTheRequestsOne(_ type: APNsPushType) throws {
+        for payload in [#"{"aps":{"alert":"hi"}}"#, #"{"aps":{"event":"start","timestamp":1}}"#] {
+            var request = Self.audienceRequest(pushType: PushType(type))
+            request.notification!.payload = payload
+            let template = try NotificationTemplate(request.notification!, requestID: "r")
+            let expected = template.request(for: NotificationTemplate.placeholderToken).requiredTokenKind
+            #expect(try AudienceQuery(request).tokenKind == expected.rawValue, "\(type) \(payload)")
+            if type == .liveactivity, payload.contains("start") { #expect(expected == .pushToStart) }
+        }
+    }
+
     @Test func aFilterCompilesToParameterizedConditions() throws {
         var filter = AudienceFilter()
         filter.locales = ["de_DE", "it'; DROP TABLE device_tokens; --"]
@@ -117,7 +131,7 @@ struct CampaignDecisionTests {
     @Test func aBadFilterIsRefusedNamingTheField() {
         var filter = AudienceFilter()
         filter.minOsVersion = "17.x"
-        #expect(throws: SendRequestDecoder.Rejection.self) { try AudienceQuery(Self.audienceRequest(filter)) }
+        #expect(throws: InvalidFieldError.self) { try AudienceQuery(Self.audienceRequest(filter)) }
         do {
             try SendRequestDecoder.check(Self.audienceRequest(filter))
             Issue.record("accepted a bad version")

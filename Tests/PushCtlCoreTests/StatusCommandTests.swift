@@ -1,4 +1,3 @@
-import DispatcherCore
 import DispatcherStatus
 import Testing
 

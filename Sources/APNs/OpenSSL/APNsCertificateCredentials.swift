@@ -1,4 +1,5 @@
 internal import COpenSSL
+import ES256
 import Foundation
 import ServiceCore
 
@@ -34,16 +35,16 @@ public final class APNsCertificateCredentials: Sendable {
     /// - Throws: `APNsError` `.invalidCertificate` when either cannot be read or they do not match.
     public convenience init(certificatePEM: String, privateKeyPEM: String, privateKeyPassword: String? = nil) throws(APNsError) {
         ERR_clear_error()
-        let certificates: [X509Handle] = try OpenSSL.withMemoryBIO(Array(certificatePEM.utf8)) { bio in
+        let certificates: [X509Handle] = OpenSSL.withMemoryBIO(Array(certificatePEM.utf8)) { bio in
             var result: [X509Handle] = []
             while let certificate = PEM_read_bio_X509(bio, nil, nil, nil) { result.append(X509Handle(taking: certificate)) }
             return result
-        }
+        } ?? []
         ERR_clear_error()  // the loop ends on a "no start line" error
         guard let leaf = certificates.first else {
             throw APNsError(code: .invalidCertificate, message: "no PEM CERTIFICATE block could be read")
         }
-        let loaded: OpaquePointer? = try OpenSSL.withMemoryBIO(Array(privateKeyPEM.utf8)) { bio in
+        let loaded: OpaquePointer? = OpenSSL.withMemoryBIO(Array(privateKeyPEM.utf8)) { bio in
             if let privateKeyPassword {
                 return privateKeyPassword.withCString { password in
                     PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: password))

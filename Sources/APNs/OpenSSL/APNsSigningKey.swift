@@ -1,4 +1,5 @@
 internal import COpenSSL
+import ES256
 import Foundation
 import ProtobufCodec
 
@@ -35,11 +36,17 @@ public final class APNsSigningKey: Sendable {
     public var publicKeyPEM: String { key.publicKeyPEM }
 
     /// The matching public key, for ``APNsJWTVerifier``.
-    public var publicKey: APNsPublicKey { APNsPublicKey(key: key) }
+    public var publicKey: ES256PublicKey { ES256PublicKey(key: key) }
 
     /// ECDSA P-256 / SHA-256 signature of `message` as 64-byte raw R‖S (JWS ES256, RFC 7518 §3.4).
     /// - Throws: `APNsError` `.signingFailed` when OpenSSL fails.
-    public func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] { try key.signES256(message) }
+    public func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
+        do {
+            return try key.signES256(message)
+        } catch {
+            throw APNsError(code: .signingFailed, message: error.message)
+        }
+    }
 
     private static let truncated = "the .p8 key is truncated or not PKCS#8 (expected an unencrypted \"-----BEGIN PRIVATE KEY-----\" PEM with an EC P-256 key, as Apple's developer portal issues)"
 

@@ -1,10 +1,10 @@
 /// PostgreSQL array literals (`{"a","b"}`), passed as one text parameter and cast in SQL
 /// (`$1::text[]`, `$2::bigint[]`, `$3::bytea[]`), so that a batch of N rows needs one parameter per
 /// column, not N. Array input syntax: PostgreSQL 15 docs, §8.15.2 "Array Value Input".
-enum PostgresArrayLiteral {
+public enum PostgresArrayLiteral {
     /// Every element quoted, with `"` and `\` escaped. The strings must not contain U+0000 (the
     /// server refuses it, as it refuses it in any text).
-    static func text(_ values: some Sequence<String>) -> String {
+    public static func text(_ values: some Sequence<String>) -> String {
         // Byte by byte: `"` and `\` are ASCII, so they never occur inside a multi-byte UTF-8 sequence.
         var out: [UInt8] = [UInt8(ascii: "{")]
         var first = true
@@ -22,14 +22,14 @@ enum PostgresArrayLiteral {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Integers need no quoting.
-    static func int64(_ values: some Sequence<Int64>) -> String {
+    /// `bigint` elements: integers need no quoting.
+    public static func int64(_ values: some Sequence<Int64>) -> String {
         "{" + values.map(String.init).joined(separator: ",") + "}"
     }
 
     /// `bytea` elements in hex input format (`\x0a1b`, PostgreSQL 15 docs, §8.4.1); the backslash is
     /// escaped once more for the array literal.
-    static func bytea(_ values: some Sequence<[UInt8]>) -> String {
+    public static func bytea(_ values: some Sequence<[UInt8]>) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = [UInt8(ascii: "{")]
         var first = true

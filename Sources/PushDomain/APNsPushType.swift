@@ -1,5 +1,5 @@
 import ProtobufCodec
-import PushDomain
+
 /// The `apns-push-type` header: what a notification does, which topic suffix and token kind it needs.
 ///
 /// Source: docs/apns-protocol.md §2 "Push types, topics and priority" (Apple, *Sending notification
@@ -49,7 +49,7 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable, CustomString
 
     /// The `apns-topic` for an app: `bundleID` plus `topicSuffix`.
     /// - Parameter bundleID: the app's bundle ID; for `.mdm` pass the MDM certificate's UID
-    ///   (``APNsCertificateCredentials/subjectUserID``), which is returned unchanged.
+    ///   (the APNs client's `APNsCertificateCredentials.subjectUserID`), which is returned unchanged.
     public func topic(forBundleID bundleID: String) -> String { bundleID + topicSuffix }
 
     /// The token kind this type needs, ignoring the payload (a `liveactivity` push is assumed to be an
@@ -79,10 +79,6 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable, CustomString
         else { return tokenKind }
         return .pushToStart
     }
-
-    /// The priority used when a request sets none: 5 for `background` (Apple: "Always 5. Using 10 is an
-    /// error"), 10 otherwise. Requests always send the header explicitly.
-    public var defaultPriority: APNsPriority { self == .background ? .consideringDevicePower : .immediately }
 
     /// The largest body in bytes: 5120 for `voip`, 4096 for every other type (docs/apns-protocol.md §2
     /// "Body limits"). Measured on the exact UTF-8 bytes of the body.

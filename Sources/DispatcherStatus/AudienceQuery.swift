@@ -1,4 +1,3 @@
-import APNs
 import Postgres
 import PushDomain
 import PushMessages
@@ -6,8 +5,8 @@ import PushMessages
 /// An app audience (`SendRequest.audience`) made ready for keyset paging over `device_tokens`: the
 /// bundle id, the environment (the audience's, else the notification's, else both), the token kind
 /// the push type needs, and the optional `AudienceFilter` conditions (docs/campaigns.md "Audience
-/// filter"). Pure: `page(after:limit:)` compiles it to one parameterized statement, `matches`
-/// evaluates the same conditions in Swift.
+/// filter"). Pure: `count()` (here, for `pushctl send`) and the dispatcher's `page(after:limit:)`
+/// compile it to one parameterized statement, `matches` evaluates the same conditions in Swift.
 public struct AudienceQuery: Sendable, Equatable {
     public var bundleID: String
     /// Nil: both environments.
@@ -32,30 +31,30 @@ public struct AudienceQuery: Sendable, Equatable {
     }
 
     /// The audience of a request whose target is `audience`.
-    /// - Throws: `SendRequestDecoder.Rejection` naming the bad field (a bundle id, a version that is
-    ///   not dotted digits, an empty list entry, an unknown environment).
-    public init(_ request: SendRequest) throws(SendRequestDecoder.Rejection) {
+    /// The token kind is the one the notification's push type needs (`APNsPushType.tokenKind(forPayload:)`).
+    /// - Throws: `InvalidFieldError` naming the bad field (a bundle id, a version that is not dotted
+    ///   digits, an empty list entry, an unknown environment).
+    public init(_ request: SendRequest) throws(InvalidFieldError) {
         guard case .audience(let audience)? = request.target, let notification = request.notification else {
-            throw .init("audience: is required")
+            throw .init("audience", "is required")
         }
         let bundleID = audience.bundleID.isEmpty ? notification.bundleID : audience.bundleID
         guard bundleID == notification.bundleID else {
-            throw .init("audience.bundle_id: \"\(audience.bundleID)\" differs from notification.bundle_id \"\(notification.bundleID)\"")
+            throw .init("audience.bundle_id", "\"\(audience.bundleID)\" differs from notification.bundle_id \"\(notification.bundleID)\"")
         }
-        if case .unrecognized = audience.environment { throw .init("audience.environment: unknown environment") }
-        let template = try NotificationTemplate(notification, requestID: "")  // only the token kind is read
-        let kind = template.request(for: NotificationTemplate.placeholderToken).requiredTokenKind.rawValue
+        if case .unrecognized = audience.environment { throw .init("audience.environment", "unknown environment") }
+        let kind = (notification.pushType.apnsPushType ?? .alert).tokenKind(forPayload: Array(notification.payload.utf8)).rawValue
         self.init(bundleID: bundleID, environment: audience.environment.apnsEnvironment ?? notification.environment.apnsEnvironment,
                   tokenKind: kind)
         guard let filter = audience.filter else { return }
-        func list(_ values: [String], _ field: String) throws(SendRequestDecoder.Rejection) -> [String] {
-            if let index = values.firstIndex(where: { $0.isEmpty }) { throw .init("audience.filter.\(field)[\(index)]: is empty") }
+        func list(_ values: [String], _ field: String) throws(InvalidFieldError) -> [String] {
+            if let index = values.firstIndex(where: { $0.isEmpty }) { throw .init("audience.filter.\(field)[\(index)]", "is empty") }
             return values
         }
-        func version(_ text: String, _ field: String) throws(SendRequestDecoder.Rejection) -> DottedVersion? {
+        func version(_ text: String, _ field: String) throws(InvalidFieldError) -> DottedVersion? {
             guard !text.isEmpty else { return nil }
             guard let version = DottedVersion(text) else {
-                throw .init("audience.filter.\(field): \"\(text)\" is not a dotted version (digits separated by dots, e.g. 17.4.1)")
+                throw .init("audience.filter.\(field)", "\"\(text)\" is not a dotted version (digits separated by dots, e.g. 17.4.1)")
             }
             return version
         }
@@ -65,19 +64,8 @@ public struct AudienceQuery: Sendable, Equatable {
         belowAppVersion = try version(filter.belowAppVersion, "below_app_version")
         minOSVersion = try version(filter.minOsVersion, "min_os_version")
         belowOSVersion = try version(filter.belowOsVersion, "below_os_version")
-        guard filter.registeredSinceMs >= 0 else { throw .init("audience.filter.registered_since_ms: must not be negative") }
+        guard filter.registeredSinceMs >= 0 else { throw .init("audience.filter.registered_since_ms", "must not be negative") }
         registeredSinceMs = filter.registeredSinceMs
-    }
-
-    /// The statement reading the next page: active tokens of the audience whose token sorts after
-    /// `cursor` (nil: from the start), in token order, at most `limit` rows. Served by the partial
-    /// index `device_tokens_campaign_audience (bundle_id, token_kind, device_token) WHERE status = 'active'`.
-    /// Columns: those of `TokenStore.storedToken`.
-    public func page(after cursor: String?, limit: Int) -> (sql: String, parameters: [PostgresValue?]) {
-        var (conditions, parameters) = conditions(after: cursor)
-        parameters.append(.int(limit))
-        let sql = "SELECT \(TokenStore.columns) FROM device_tokens WHERE \(conditions.joined(separator: " AND ")) ORDER BY device_token LIMIT $\(parameters.count)"
-        return (sql, parameters)
     }
 
     /// The statement counting the whole audience (column `n`), with the conditions of `page`
@@ -87,7 +75,9 @@ public struct AudienceQuery: Sendable, Equatable {
         return ("SELECT count(*) AS n FROM device_tokens WHERE \(conditions.joined(separator: " AND "))", parameters)
     }
 
-    private func conditions(after cursor: String?) -> (conditions: [String], parameters: [PostgresValue?]) {
+    /// The `WHERE` conditions of `count` and `page` and their parameters (`$1`… in order), `device_token > cursor`
+    /// among them.
+    package func conditions(after cursor: String?) -> (conditions: [String], parameters: [PostgresValue?]) {
         var parameters: [PostgresValue?] = [.string(bundleID), .string(tokenKind), .string(cursor ?? "")]
         var conditions = ["status = 'active'", "bundle_id = $1", "token_kind = $2", "device_token > $3"]
         func add(_ condition: (String) -> String, _ value: PostgresValue) {

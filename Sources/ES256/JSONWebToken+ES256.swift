@@ -18,7 +18,7 @@ extension JSONWebToken {
 
     /// Whether the signature is a valid ES256 signature (ECDSA P-256 + SHA-256, RFC 7518 §3.4) by
     /// `key`, as 64-byte raw R‖S (what JWS specifies) or, when `acceptDER`, ASN.1 DER.
-    public func verifiesES256(with key: APNsPublicKey, acceptDER: Bool = false) -> Bool {
+    public func verifiesES256(with key: ES256PublicKey, acceptDER: Bool = false) -> Bool {
         let der: [UInt8]
         switch es256SignatureEncoding {
         case .raw?: guard let converted = OpenSSLKey.derSignature(fromRaw: signature) else { return false }; der = converted
@@ -26,12 +26,5 @@ extension JSONWebToken {
         default: return false
         }
         return key.key.verifyES256(signingInput, derSignature: der)
-    }
-
-    /// Signs `claimsJSON` with ES256 (raw R‖S) under `key`.
-    /// - Throws: `APNsError` `.signingFailed` when OpenSSL cannot sign.
-    public static func signES256(headerJSON: String, claimsJSON: String, key: APNsSigningKey) throws(APNsError) -> String {
-        let input = signingInput(headerJSON: headerJSON, claimsJSON: claimsJSON)
-        return compact(signingInput: input, signature: try key.sign(Array(input.utf8)))
     }
 }

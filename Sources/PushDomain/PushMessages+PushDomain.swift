@@ -1,7 +1,6 @@
-import APNs
-import PushDomain
 import PushMessages
 
+/// The push.v1 messages' enums (Protos/push/v1/common.proto) as the push domain's types and back.
 extension PushType {
     /// The APNs push type; unspecified means alert.
     public var apnsPushType: APNsPushType? {
@@ -21,7 +20,8 @@ extension PushType {
         }
     }
 
-    init(_ type: APNsPushType) {
+    /// The message's push type for an APNs one.
+    public init(_ type: APNsPushType) {
         switch type {
         case .alert: self = .alert
         case .background: self = .background
@@ -48,26 +48,14 @@ extension Environment {
         }
     }
 
-    init(_ environment: APNsEnvironment) {
+    /// The message's environment for an APNs one.
+    public init(_ environment: APNsEnvironment) {
         self = environment == .sandbox ? .sandbox : .production
     }
 
     /// From the token table's `environment` text: `sandbox`, else production.
-    init(storedName: String) {
+    public init(storedName: String) {
         self = storedName == "sandbox" ? .sandbox : .production
-    }
-}
-
-extension TokenInvalidated {
-    /// The announcement of a `device_tokens` row the dispatcher deactivated: the row's identity. The
-    /// caller adds why (`outcomeReason`, or Apple's `apnsReason` and timestamp) and the request id.
-    init(deviceToken: String, bundleID: String, environment: Environment, userID: String, installationID: String) {
-        self.init()
-        self.deviceToken = deviceToken
-        self.bundleID = bundleID
-        self.environment = environment
-        self.userID = userID
-        self.installationID = installationID
     }
 }
 
