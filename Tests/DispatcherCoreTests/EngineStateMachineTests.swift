@@ -151,6 +151,26 @@ import Testing
         #expect(!machine.isAbandoned(again))
     }
 
+    /// Records dropped with their partition free room: the intake waiting for it goes on, without
+    /// waiting for a worker to finish.
+    @Test func aRevocationThatFreesRoomWakesTheWaitingIntake() throws {
+        var machine = Machine(settings: Self.settings {
+            $0.maxInFlightPerPartition = 1
+            $0.maxInFlightRecords = 2
+        })
+        let worker = try #require(machine.recordReceived(Self.record(0, key: "a")).spawns.first)
+        _ = machine.recordReceived(Self.record(1, key: "b"))
+        let waits = machine.intakeNeedsRoom(forBytes: 0)
+        #expect(waits)
+        let revoked: Set = [worker.partition]
+        #expect(machine.partitionsRevoked(revoked, lost: false).drain)
+        // The drain is over, the worker still runs: its partition's records are dropped with it.
+        let ended = machine.revocationEnded(revoked, drained: false)
+        #expect(ended.resumeIntake)
+        #expect(ended.cancel == [worker.id])
+        #expect(machine.pendingRecords == 0)
+    }
+
     @Test func aReReadFromAnOlderOffsetStartsThePartitionOver() throws {
         var machine = Machine(settings: Self.settings())
         let old = try #require(machine.recordReceived(Self.record(7, key: "a")).spawns.first)
