@@ -6,6 +6,10 @@ import ServiceCore
 // MARK: - Send requests (docs/semantics.md, docs/campaigns.md)
 
 extension Dispatcher {
+    /// One record of the send-requests topic: a `CancelRequest` (applied), a record refused for its
+    /// content (dead-lettered, with a `RequestCompleted` naming the reason), a campaign or scheduled
+    /// send (stored as a campaign row), or a request run here, joining a handling of the same request
+    /// id still running in this process. Throws only for transient infrastructure failures.
     func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
