@@ -38,7 +38,8 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
 
     private struct Entry {
         var input: Input
-        var continuation: CheckedContinuation<Output, any Error>
+        /// Nil for an item queued without a caller waiting (`enqueue`).
+        var continuation: CheckedContinuation<Output, any Error>?
     }
 
     private struct State {
@@ -93,6 +94,19 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         }
     }
 
+    /// Queues `input` without waiting for its output (from synchronous code, e.g. a C callback's
+    /// thread): it runs with the next batch; its output, or what the batch throws, is dropped.
+    /// - Returns: false when the batcher has stopped (nothing queued).
+    public func enqueue(_ input: Input) -> Bool {
+        let (accepted, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard !state.finished else { return (false, nil) }
+            guard state.queue.submitted(Entry(input: input, continuation: nil), at: .now) else { return (true, nil) }
+            return (true, Self.takeLoop(&state))
+        }
+        wake?.resume()
+        return accepted
+    }
+
     /// The flush loop; returns after a graceful shutdown once every submitted item ran.
     public func run(shutdown: GracefulShutdown) async throws {
         await withDiscardingTaskGroup { group in
@@ -139,7 +153,7 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
                 state.finished = true
                 return state.queue.abandonWaiting()
             }
-            for entry in abandoned { entry.continuation.resume(throwing: CancellationError()) }
+            for entry in abandoned { entry.continuation?.resume(throwing: CancellationError()) }
         }
     }
 
@@ -147,9 +161,9 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         do {
             let outputs = try await execute(batch.map(\.input))
             precondition(outputs.count == batch.count, "Batcher \(name): execute returned \(outputs.count) outputs for \(batch.count) inputs")
-            for (entry, output) in zip(batch, outputs) { entry.continuation.resume(returning: output) }
+            for (entry, output) in zip(batch, outputs) { entry.continuation?.resume(returning: output) }
         } catch {
-            for entry in batch { entry.continuation.resume(throwing: error) }
+            for entry in batch { entry.continuation?.resume(throwing: error) }
         }
         let loop = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.queue.batchFinished()

@@ -49,6 +49,10 @@ public struct DispatcherConfiguration: Sendable {
     /// Records taken from the consumer and not yet finished, across all partitions; past it, intake
     /// waits and the consumer pauses fetching. Default 10,000.
     public var maxInFlightRecords = 10_000
+    /// Key and value bytes of those records (`PUSH_MAX_IN_FLIGHT_RECORD_BYTES`); past it, intake
+    /// waits likewise. A record larger than this is taken when nothing else is in flight. Default
+    /// 64 MiB (67,108,864).
+    public var maxInFlightRecordBytes = 64 << 20
     /// Notifications of one request sent to APNs at once. Default 1,000.
     public var maxInFlightNotifications = 1_000
     /// Token events applied in one batch (one transaction). Default 500.

@@ -48,6 +48,8 @@ public enum DispatcherProgram {
         configuration.pauseThresholdPerPartition = try env.int(
             "PUSH_PAUSE_THRESHOLD_PER_PARTITION", default: configuration.pauseThresholdPerPartition, in: 1...10_000_000)
         configuration.maxInFlightRecords = try env.int("PUSH_MAX_IN_FLIGHT_RECORDS", default: configuration.maxInFlightRecords, in: 1...10_000_000)
+        configuration.maxInFlightRecordBytes = try env.int(
+            "PUSH_MAX_IN_FLIGHT_RECORD_BYTES", default: configuration.maxInFlightRecordBytes, in: 1...1_099_511_627_776)
         configuration.maxInFlightNotifications = try env.int(
             "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", default: configuration.maxInFlightNotifications, in: 1...100_000)
         configuration.tokenEventBatchSize = try env.int("PUSH_TOKEN_EVENT_BATCH_SIZE", default: configuration.tokenEventBatchSize, in: 1...100_000)

@@ -51,6 +51,8 @@ struct PartitionScheduler: Sendable {
     private var heldHead = 0
     /// The highest offset received (tracked or held).
     private var highestReceived: Int64?
+    /// Key and value bytes of the pending records (`pending`), for the process's in-flight budget.
+    private(set) var pendingBytes = 0
 
     init(mode: Mode, pauseThreshold: Int, maxUncommitted: Int = .max) {
         self.mode = mode
@@ -67,6 +69,10 @@ struct PartitionScheduler: Sendable {
         case .ordered: return (ready.count - readyHead) + (running > 0 ? runningBatchCount : 0) + heldCount
         }
     }
+
+    /// The bytes a record holds while pending: its key and value (an oversized value the consumer did
+    /// not copy counts nothing).
+    static func bytes(of record: KafkaMessage) -> Int { record.value.count + (record.key?.count ?? 0) }
 
     /// Records in the uncommitted span (at most `maxUncommitted`).
     var uncommitted: Int { tracker.uncommitted }
@@ -91,6 +97,7 @@ struct PartitionScheduler: Sendable {
         highestReceived = record.offset.rawValue
         if heldHead < held.count || tracker.uncommitted >= maxUncommitted {
             held.append(record)
+            pendingBytes += Self.bytes(of: record)
             return []
         }
         return admit(record)
@@ -99,6 +106,7 @@ struct PartitionScheduler: Sendable {
     /// Tracks a received record and starts or queues it.
     private mutating func admit(_ record: KafkaMessage) -> [KafkaMessage] {
         guard tracker.start(record.offset) else { return [] }
+        pendingBytes += Self.bytes(of: record)
         switch mode {
         case .parallel(let maxInFlight):
             if let key = record.key {
@@ -139,7 +147,10 @@ struct PartitionScheduler: Sendable {
         while heldHead < held.count, tracker.uncommitted < maxUncommitted {
             let record = held[heldHead]
             heldHead += 1
-            guard tracker.start(record.offset) else { continue }
+            guard tracker.start(record.offset) else {
+                pendingBytes -= Self.bytes(of: record)
+                continue
+            }
             switch mode {
             case .parallel:
                 if let key = record.key {
@@ -208,6 +219,7 @@ struct PartitionScheduler: Sendable {
     }
 
     private mutating func release(_ records: [KafkaMessage]) -> [KafkaMessage] {
+        for record in records { pendingBytes -= Self.bytes(of: record) }
         switch mode {
         case .parallel(let maxInFlight):
             for record in records {
@@ -240,6 +252,11 @@ struct PartitionScheduler: Sendable {
     @discardableResult
     mutating func stop() -> Int {
         let dropped = (ready.count - readyHead) + waitingBehindKeys + (held.count - heldHead)
+        for record in ready[readyHead...] { pendingBytes -= Self.bytes(of: record) }
+        for record in held[heldHead...] { pendingBytes -= Self.bytes(of: record) }
+        for waiting in behindKey.values {
+            for record in waiting { pendingBytes -= Self.bytes(of: record) }
+        }
         held.removeAll()
         heldHead = 0
         stopped = true

@@ -4,7 +4,7 @@ import Synchronization
 /// Notifications waiting in the process for their next APNs attempt, by partition, so the
 /// dispatcher can wake them early to be parked: when their partition's uncommitted span reached
 /// its cap, or the partition stops (revoked, shutdown). Waiting here is a suspended task and a
-/// timer, not a thread, a processing slot or a budget permit.
+/// timer (a child task of the wait), not a thread, a processing slot or a budget permit.
 final class RetryTimers: Sendable {
     /// How a wait ended.
     enum Wake: Sendable, Equatable {
@@ -35,27 +35,32 @@ final class RetryTimers: Sendable {
             state.entries[state.nextID] = Entry(partition: partition)
             return state.nextID
         }
-        let timer = Task {
-            try? await Task.sleep(for: delay)
-            self.resolve(id, .success(.elapsed))
-        }
-        defer { timer.cancel() }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Wake, any Error>) in
-                let ready = state.withLock { state -> Result<Wake, any Error>? in
-                    guard var entry = state.entries[id] else { return .success(.elapsed) }
-                    if let early = entry.early {
-                        state.entries[id] = nil
-                        return early
-                    }
-                    entry.continuation = continuation
-                    state.entries[id] = entry
-                    return nil
-                }
-                if let ready { continuation.resume(with: ready) }
+        // The timer is a child task of this call: it resolves the wait when the delay passed, and is
+        // cancelled once the wait ended otherwise.
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // Cancelled: the wait ends otherwise (woken, or the caller cancelled).
+                guard (try? await Task.sleep(for: delay)) != nil else { return }
+                self.resolve(id, .success(.elapsed))
             }
-        } onCancel: {
-            self.resolve(id, .failure(CancellationError()))
+            defer { group.cancelAll() }
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Wake, any Error>) in
+                    let ready = state.withLock { state -> Result<Wake, any Error>? in
+                        guard var entry = state.entries[id] else { return .success(.elapsed) }
+                        if let early = entry.early {
+                            state.entries[id] = nil
+                            return early
+                        }
+                        entry.continuation = continuation
+                        state.entries[id] = entry
+                        return nil
+                    }
+                    if let ready { continuation.resume(with: ready) }
+                }
+            } onCancel: {
+                self.resolve(id, .failure(CancellationError()))
+            }
         }
     }
 

@@ -64,6 +64,23 @@ struct BatcherTests {
         await #expect(throws: Batcher<Int, Int>.Stopped.self) { try await batcher.submit(1) }
     }
 
+    /// Synchronous code (the consumer's poll thread taking a cancel) queues an item without a task:
+    /// it runs with the next batch, with the items callers wait for; after a stop it is refused.
+    @Test func anEnqueuedItemRunsWithoutACallerWaitingAndIsRefusedAfterTheStop() async throws {
+        let probe = Probe()
+        let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxBatch: 10)) { try await probe.batch($0) }
+        let shutdown = GracefulShutdown()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await batcher.run(shutdown: shutdown) }
+            #expect(batcher.enqueue(1))
+            #expect(try await batcher.submit(2) == 4)
+            try await eventually("the enqueued item ran") { probe.state.withLock { $0.sizes.reduce(0, +) } == 2 }
+            shutdown.trigger()
+            try await group.waitForAll()
+        }
+        #expect(!batcher.enqueue(3))
+    }
+
     @Test func cancellationFailsTheWaitingCallers() async throws {
         let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxWait: .seconds(3600))) { $0 }
         let runner = Task { try await batcher.run(shutdown: GracefulShutdown()) }

@@ -66,6 +66,21 @@ import Testing
         }
     }
 
+    /// The in-flight budget in bytes (docs/dispatcher-engine.md "Back-pressure") is read and bounded
+    /// like the other integer settings.
+    @Test func theInFlightRecordBytesBudgetIsReadAndBounded() async throws {
+        let good = DispatcherProgram.main.loadSettings(
+            environment: try await Self.goodEnvironment().merging(["PUSH_MAX_IN_FLIGHT_RECORD_BYTES": "1048576"]) { $1 })
+        #expect(good.environment.errors.isEmpty, "\(good.environment.errors)")
+        #expect(Self.unread(good).isEmpty, "\(Self.unread(good))")
+        for value in ["0", "lots", "2000000000000"] {
+            let environment = try await Self.goodEnvironment().merging(["PUSH_MAX_IN_FLIGHT_RECORD_BYTES": value]) { $1 }
+            let loaded = DispatcherProgram.main.loadSettings(environment: environment)
+            #expect(loaded.environment.errors.map(\.variable) == ["PUSH_MAX_IN_FLIGHT_RECORD_BYTES"], "\(value)")
+            #expect(loaded.launch == nil)
+        }
+    }
+
     @Test func aKeyFileThatIsNotAP8IsNamed() async throws {
         let directory = FileManager.default.temporaryDirectory
         let bad = directory.appendingPathComponent("not-a-key-\(UUID().uuidString).p8")
