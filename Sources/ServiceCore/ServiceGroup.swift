@@ -84,87 +84,22 @@ public struct ServiceGroup: Service {
             var machine = ServiceGroupStateMachine(
                 behaviours: services.map { .init(onSuccess: $0.successTerminationBehavior, onFailure: $0.failureTerminationBehavior) },
                 order: configuration.shutdownOrder)
-            for (index, configured) in services.enumerated() {
-                let shutdown = triggers[index]
-                group.addTask {
-                    do {
-                        try await configured.service.run(shutdown: shutdown)
-                        return .serviceFinished(index: index, error: nil)
-                    } catch {
-                        return .serviceFinished(index: index, error: error)
-                    }
-                }
-            }
-            let requested = self.requested
-            group.addTask {
-                await requested.wait()
-                return requested.isTriggered ? .shutdownRequested : .helperEnded
-            }
-            if let signalStream { group.addTask { await Self.nextSignal(signalStream) } }
-
+            startChildren(&group, triggers: triggers, signalStream: signalStream)
             var events: [ServiceGroupStateMachine.Event] = []
             var actions = [machine.start()]
             var sawCancellation = false
             while true {
                 for action in actions {
-                    switch action {
-                    case .none:
-                        break
-                    case .beginGracefulShutdown(let cause, let indexes):
-                        logger.notice("graceful shutdown started", [
-                            "cause": describe(cause, names), "grace_period": configuration.gracePeriod.map { "\($0)" } ?? "the parent's",
-                            "stopping": indexes.map { names[$0] }.joined(separator: ","),
-                        ])
-                        for index in indexes { triggers[index].trigger() }
-                        if let gracePeriod = configuration.gracePeriod {
-                            group.addTask {
-                                do {
-                                    try await Task.sleep(for: gracePeriod)
-                                    return .gracePeriodElapsed
-                                } catch {
-                                    return .helperEnded
-                                }
-                            }
-                        }
-                    case .shutDown(let indexes):
-                        logger.info("next services asked to stop", ["stopping": indexes.map { names[$0] }.joined(separator: ",")])
-                        for index in indexes { triggers[index].trigger() }
-                    case .cancelServices(let outcome):
-                        logger.warning("shutdown escalated: cancelling services", [
-                            "reason": outcome.description, "still_running": "\(machine.runningCount)",
-                        ])
-                        group.cancelAll()
-                    case .finish(let outcome):
-                        group.cancelAll()  // the helpers: signal listener, trigger waiter, grace timer
+                    if let outcome = perform(action, &group, triggers: triggers, names: names, running: machine.runningCount) {
                         return (outcome, machine.firstError)
                     }
                 }
-
                 if !Task.isCancelled || sawCancellation {
                     guard let child = await group.next() else {
                         preconditionFailure("the service group ran out of child tasks before its services finished")
                     }
-                    switch child {
-                    case .serviceFinished(let index, let error):
-                        if let error {
-                            if error is CancellationError, Task.isCancelled || !machine.wantsSignals {
-                                logger.info("service cancelled", ["service": names[index]])  // the reply to escalation
-                            } else {
-                                logger.error("service failed", ["service": names[index], "error": "\(error)"])
-                            }
-                        } else {
-                            logger.info("service finished", ["service": names[index]])
-                        }
-                        events.append(.serviceFinished(index: index, error: error))
-                    case .shutdownRequested:
-                        events.append(.shutdownRequested)
-                    case .signal(let number):
-                        logger.notice("signal received", ["signal": "\(number)"])
-                        events.append(.signalReceived(number))
-                    case .gracePeriodElapsed:
-                        events.append(.gracePeriodElapsed)
-                    case .helperEnded:
-                        break
+                    if let event = event(for: child, names: names, expectingCancellation: Task.isCancelled || !machine.wantsSignals) {
+                        events.append(event)
                     }
                 }
                 // Cancellation of `run()` may have come while waiting: it precedes what it caused
@@ -211,6 +146,94 @@ public struct ServiceGroup: Service {
         public let outcome: Outcome
         /// For logs: `service group escalated: …`.
         public var description: String { "service group escalated: \(outcome)" }
+    }
+
+    /// Starts one child task per service, the waiter for `triggerGracefulShutdown()` and, when the group
+    /// listens to signals, the first signal listener.
+    private func startChildren(_ group: inout TaskGroup<ChildResult>, triggers: [GracefulShutdown], signalStream: AsyncStream<Int32>?) {
+        for (index, configured) in services.enumerated() {
+            let shutdown = triggers[index]
+            group.addTask {
+                do {
+                    try await configured.service.run(shutdown: shutdown)
+                    return .serviceFinished(index: index, error: nil)
+                } catch {
+                    return .serviceFinished(index: index, error: error)
+                }
+            }
+        }
+        let requested = self.requested
+        group.addTask {
+            await requested.wait()
+            return requested.isTriggered ? .shutdownRequested : .helperEnded
+        }
+        if let signalStream { group.addTask { await Self.nextSignal(signalStream) } }
+    }
+
+    /// Carries out one action of the state machine on the running group.
+    /// - Returns: the group's outcome when the action is `.finish`, otherwise nil.
+    private func perform(_ action: ServiceGroupStateMachine.Action, _ group: inout TaskGroup<ChildResult>,
+                         triggers: [GracefulShutdown], names: [String], running: Int) -> Outcome? {
+        switch action {
+        case .none:
+            break
+        case .beginGracefulShutdown(let cause, let indexes):
+            logger.notice("graceful shutdown started", [
+                "cause": describe(cause, names), "grace_period": configuration.gracePeriod.map { "\($0)" } ?? "the parent's",
+                "stopping": indexes.map { names[$0] }.joined(separator: ","),
+            ])
+            for index in indexes { triggers[index].trigger() }
+            if let gracePeriod = configuration.gracePeriod {
+                group.addTask {
+                    do {
+                        try await Task.sleep(for: gracePeriod)
+                        return .gracePeriodElapsed
+                    } catch {
+                        return .helperEnded
+                    }
+                }
+            }
+        case .shutDown(let indexes):
+            logger.info("next services asked to stop", ["stopping": indexes.map { names[$0] }.joined(separator: ",")])
+            for index in indexes { triggers[index].trigger() }
+        case .cancelServices(let outcome):
+            logger.warning("shutdown escalated: cancelling services", [
+                "reason": outcome.description, "still_running": "\(running)",
+            ])
+            group.cancelAll()
+        case .finish(let outcome):
+            group.cancelAll()  // the helpers: signal listener, trigger waiter, grace timer
+            return outcome
+        }
+        return nil
+    }
+
+    /// The state machine's event for a child that ended, logged; nil for a helper ended by cancellation.
+    /// - Parameter expectingCancellation: a service ending with `CancellationError` is the expected reply
+    ///   to escalation or to the cancellation of `run()`, logged as cancelled rather than failed.
+    private func event(for child: ChildResult, names: [String], expectingCancellation: Bool) -> ServiceGroupStateMachine.Event? {
+        switch child {
+        case .serviceFinished(let index, let error):
+            if let error {
+                if error is CancellationError, expectingCancellation {
+                    logger.info("service cancelled", ["service": names[index]])
+                } else {
+                    logger.error("service failed", ["service": names[index], "error": "\(error)"])
+                }
+            } else {
+                logger.info("service finished", ["service": names[index]])
+            }
+            return .serviceFinished(index: index, error: error)
+        case .shutdownRequested:
+            return .shutdownRequested
+        case .signal(let number):
+            logger.notice("signal received", ["signal": "\(number)"])
+            return .signalReceived(number)
+        case .gracePeriodElapsed:
+            return .gracePeriodElapsed
+        case .helperEnded:
+            return nil
+        }
     }
 
     private func describe(_ cause: ServiceGroupStateMachine.ShutdownCause, _ names: [String]) -> String {
