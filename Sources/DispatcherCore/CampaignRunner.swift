@@ -291,19 +291,7 @@ public final class CampaignRunner: Service {
         // between leaves the row open and the next one publishes the same event (same id) again.
         guard !shouldStop() else { return false }
         let state = CampaignState.final(cancelRequested: cancelled())
-        var completed = RequestCompleted()
-        completed.requestID = requestID
-        completed.total = UInt32(clamping: counts.processed)
-        completed.delivered = UInt32(clamping: counts.delivered)
-        completed.rejected = UInt32(clamping: counts.rejected)
-        completed.failed = UInt32(clamping: counts.failed)
-        completed.skipped = UInt32(clamping: counts.skipped)
-        completed.requestedAtMs = record.requestedAtMs
-        completed.completedAtMs = clock.nowMilliseconds()
-        completed.status = state.requestStatus
-        try await feedback.publish(
-            feedback.event(id: FeedbackEventID.requestCompleted(requestID: requestID), .requestCompleted(completed), traceParent: request.traceParent),
-            key: requestID)
+        let completed = try await processor.completeCampaign(request, requestedAtMs: record.requestedAtMs, counts: counts, state: state)
         if case .audience? = request.target {
             try await publishProgress(record, counts: counts, done: true, startedAtMs: startedAt)
         }

@@ -117,7 +117,7 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
-            otherEnvironmentRetry: configuration.otherEnvironmentRetry)
+            otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations)
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
@@ -462,10 +462,9 @@ public final class Dispatcher: Sendable {
         while true {
             if Task.isCancelled { return false }
             do {
-                try await handle(records, retryContext: retryContext, shouldStop: shouldStop)
-                return true
+                return try await handle(records, retryContext: retryContext, shouldStop: shouldStop) != .abandoned
             } catch {
-                if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
+                if Task.isCancelled || error is CancellationError { return false }
                 if engine.withLock({ $0.stopping }) { return false }
                 let decision = retry.failed(at: .now)
                 let first = records[0]
@@ -625,7 +624,9 @@ public final class Dispatcher: Sendable {
 
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
-    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
+    /// - Returns: `.abandoned` when a send request stopped before it finished; else `.finished`.
+    @discardableResult
+    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
         var records = records
         // Send requests too large are refused by the send-request path (with a RequestCompleted).
         let refusedHere: (KafkaMessage) -> Bool = { [configuration] message in
@@ -636,12 +637,15 @@ public final class Dispatcher: Sendable {
             for message in records where refusedHere(message) && message.unreadableError == nil { try await deadLetterOversized(message) }
             records.removeAll(where: refusedHere)
         }
-        guard let first = records.first else { return }
+        guard let first = records.first else { return .finished }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
-            for message in records { try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) }
+            for message in records where try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) == .abandoned {
+                return .abandoned
+            }
         }
+        return .finished
     }
 
     /// A record the Kafka client could not read (the consumer skipped its offset): kept on the
@@ -746,7 +750,7 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    private func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws {
+    private func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws -> RecordOutcome {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
@@ -754,7 +758,7 @@ public final class Dispatcher: Sendable {
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
             if let cancel = try CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) {
                 try await applyCancel(cancel)
-                return
+                return .finished
             }
             request = try SendRequestDecoder.decode(message, limits: configuration.intake.sendRequestLimits)
         } catch let error as SendRequestDecoder.Rejection {
@@ -767,13 +771,9 @@ public final class Dispatcher: Sendable {
             metrics.deadLetters.increment(labels: [error.reason])
             // Tell the producer too: its request finishes visibly, with the reason.
             if let key = message.key, !key.isEmpty {
-                var completed = RequestCompleted()
-                completed.requestID = String(decoding: key, as: UTF8.self)
-                completed.error = error.description
-                completed.completedAtMs = clock.nowMilliseconds()
-                try await feedback.publish(feedback.event(.requestCompleted(completed), traceParent: trace.text), key: completed.requestID)
+                try await processor.publishRejected(requestID: String(decoding: key, as: UTF8.self), error: error.description, traceParent: trace.text)
             }
-            return
+            return .finished
         }
         // docs/observability.md "Trace context": the record's traceparent header, else the request's
         // trace_parent field, else a new trace; every record this request causes carries the result.
@@ -801,22 +801,21 @@ public final class Dispatcher: Sendable {
                     error: "request_id: \"\(request.requestID)\" was used before for another notification or target; a request id names one send (not applied)",
                     rejectedBy: "dispatcher")
                 metrics.deadLetters.increment(labels: ["request_id_reused"])
-                return
+                return .finished
             }
             if CampaignRunner.isCampaign(request, nowMs: nowMs) {
                 try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
-                return
+                return .finished
             }
             let requestID = request.requestID
             // An earlier handling of this request still running here (its partition was lost or
             // revoked and assigned back) is joined, never run beside.
-            guard try await claimRequest(requestID, message) else { return }
+            guard try await claimRequest(requestID, message) else { return .finished }
             var finished = false
             defer { releaseRequest(requestID, finished: finished) }
-            try await processor.process(
-                request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop,
-                cancelled: { [cancellations] in cancellations.contains(requestID) })
-            finished = true
+            let outcome = try await processor.process(request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
+            finished = outcome != .abandoned
+            return outcome
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [
@@ -825,6 +824,7 @@ public final class Dispatcher: Sendable {
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
+        return .finished
     }
 }
 

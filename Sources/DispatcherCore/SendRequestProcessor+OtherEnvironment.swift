@@ -63,20 +63,29 @@ extension SendRequestProcessor {
         var accepted: APNsResponse?
         let attempts: Int
         do {
-            let response = try await sender.send(apnsRequest, environment: other, options: options)
-            attempts = response.attempts
-            if response.isSuccess {
-                answer = .accepted
-                accepted = response
-            } else {
-                answer = .refused
+            switch try await send(apnsRequest, environment: other, options: options) {
+            case .answered(let response):
+                attempts = response.attempts
+                if response.isSuccess {
+                    answer = .accepted
+                    accepted = response
+                } else {
+                    answer = .refused
+                }
+            case .interrupted(let interruption):
+                if case .noFinalAnswer(let sent, _) = interruption { attempts = sent } else { attempts = 1 }
+                answer = .noAnswer
+                logger.info("no answer from the other APNs environment", [
+                    "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue,
+                    "error": "\(WaiterEndedSend(interruption))",
+                ])
             }
         } catch let error as CancellationError {
             throw error
         } catch where Task.isCancelled {
             throw CancellationError()
         } catch {
-            attempts = (error as? SingleTryWaiter.Ended)?.attempts ?? (error as? APNsError)?.attempts ?? 1
+            attempts = (error as? APNsError)?.attempts ?? 1
             answer = .noAnswer
             logger.info("no answer from the other APNs environment", [
                 "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
@@ -125,18 +134,10 @@ extension SendRequestProcessor {
 
 /// The waiter of the one try on the other environment: it ends the try at the first wait the
 /// APNs client asks for (a retryable answer, a lost connection, an open circuit), so the try is one
-/// attempt that never waits, holds nothing back and is never parked.
+/// attempt that never waits, holds nothing back and is never parked. The send answers
+/// `SendAnswer.interrupted(.noFinalAnswer)`.
 struct SingleTryWaiter: APNsRetryWaiter {
-    /// Thrown instead of waiting: the try is over without Apple's final answer.
-    struct Ended: Error, CustomStringConvertible {
-        /// Sends APNs may have processed.
-        var attempts: Int
-        /// Why the client wanted to wait.
-        var reason: APNsRetryReason
-        var description: String { "the one try ended without a final answer (\(reason.metricLabel))" }
-    }
-
     func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
-        throw Ended(attempts: attemptsSoFar, reason: reason)
+        throw WaiterEndedSend(.noFinalAnswer(attempts: attemptsSoFar, reason: reason.metricLabel))
     }
 }
