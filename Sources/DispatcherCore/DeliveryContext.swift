@@ -22,6 +22,8 @@ struct DeliveryContext: Sendable {
     var retryContext: RetryContext
     /// Asked in order before each notification starts.
     var admission: AdmissionChain
+    /// The Kafka acknowledgements of the reports (and the `RequestCompleted`) published so far.
+    let acks: Acknowledgements
     /// Outcomes earlier deliveries recorded, by device token: never sent again; their report is
     /// published again unless Kafka is known to have acknowledged it.
     var recorded: [String: TokenStore.RecordedOutcome] = [:]
@@ -33,8 +35,6 @@ struct DeliveryContext: Sendable {
     /// For pages sent in order: the batch starts only once `after` fired (the batch before it started
     /// its last send) and fires `started` once its own last send started or it ended early.
     var turn: (after: OneShot?, started: OneShot)?
-    /// The Kafka acknowledgements of the reports (and the `RequestCompleted`) published so far.
-    let acks = Acknowledgements()
 
     /// The candidate `target` is to the admission policies.
     func candidate(_ target: DeliveryTarget) -> AdmissionCandidate {

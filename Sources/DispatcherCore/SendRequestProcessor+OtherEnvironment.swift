@@ -57,40 +57,7 @@ extension SendRequestProcessor {
             }
             return .notDelivered(extraAttempts: 0)
         }
-        // One try: a waiter that ends it at the first wait (no back-off, no parking).
-        let options = APNsSendOptions(waiter: SingleTryWaiter(), retryDeadline: retryDeadline)
-        let answer: OtherEnvironmentTry.Answer
-        var accepted: APNsResponse?
-        let attempts: Int
-        do {
-            switch try await send(apnsRequest, environment: other, options: options) {
-            case .answered(let response):
-                attempts = response.attempts
-                if response.isSuccess {
-                    answer = .accepted
-                    accepted = response
-                } else {
-                    answer = .refused
-                }
-            case .interrupted(let interruption):
-                if case .noFinalAnswer(let sent, _) = interruption { attempts = sent } else { attempts = 1 }
-                answer = .noAnswer
-                logger.info("no answer from the other APNs environment", [
-                    "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue,
-                    "error": "\(WaiterEndedSend(interruption))",
-                ])
-            }
-        } catch let error as CancellationError {
-            throw error
-        } catch where Task.isCancelled {
-            throw CancellationError()
-        } catch {
-            attempts = (error as? APNsError)?.attempts ?? 1
-            answer = .noAnswer
-            logger.info("no answer from the other APNs environment", [
-                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
-            ])
-        }
+        let (answer, accepted, attempts) = try await tryOnce(apnsRequest, in: other, report: report, retryDeadline: retryDeadline)
         switch decision.handle(.otherEnvironmentAnswered(answer)) {
         case .correctEnvironment(let from, let to):
             guard let response = accepted else { return .notDelivered(extraAttempts: attempts) }
@@ -130,6 +97,50 @@ extension SendRequestProcessor {
             return .notDelivered(extraAttempts: attempts)  // never: the value allows one try
         }
     }
+
+    /// The one try on `other`: a waiter that ends it at the first wait (no back-off, no parking).
+    /// - Returns: Apple's answer there, the response when accepted, and the sends it took.
+    /// - Throws: `CancellationError` when stopped.
+    private func tryOnce(_ apnsRequest: APNsRequest, in other: APNsEnvironment, report: DeliveryReport, retryDeadline: Date?) async throws
+        -> (OtherEnvironmentTry.Answer, APNsResponse?, Int)
+    {
+        let token = Logger.shortened(token: report.deviceToken)
+        let options = APNsSendOptions(waiter: SingleTryWaiter(), retryDeadline: retryDeadline)
+        let answer: OtherEnvironmentTry.Answer
+        var accepted: APNsResponse?
+        let attempts: Int
+        do {
+            switch try await send(apnsRequest, environment: other, options: options) {
+            case .answered(let response):
+                attempts = response.attempts
+                if response.isSuccess {
+                    answer = .accepted
+                    accepted = response
+                } else {
+                    answer = .refused
+                }
+            case .interrupted(let interruption):
+                if case .noFinalAnswer(let sent, _) = interruption { attempts = sent } else { attempts = 1 }
+                answer = .noAnswer
+                logger.info("no answer from the other APNs environment", [
+                    "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue,
+                    "error": "\(WaiterEndedSend(interruption))",
+                ])
+            }
+        } catch let error as CancellationError {
+            throw error
+        } catch where Task.isCancelled {
+            throw CancellationError()
+        } catch {
+            attempts = (error as? APNsError)?.attempts ?? 1
+            answer = .noAnswer
+            logger.info("no answer from the other APNs environment", [
+                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
+            ])
+        }
+        return (answer, accepted, attempts)
+    }
+
 }
 
 /// The waiter of the one try on the other environment: it ends the try at the first wait the
