@@ -120,25 +120,25 @@ public final class CampaignRunner: Service {
         logger.info("campaign lease taken", fields.merging([
             "cursor": record.cursor.map { Logger.shortened(token: $0) } ?? "", "processed": "\(record.counts.processed)",
         ]) { a, _ in a })
-        let renewal = Task { await self.renewLoop(holder) }
         runningGauge.increment()
         leaseEvents.increment(labels: ["taken"])
-        defer {
-            renewal.cancel()
-            runningGauge.decrement()
-        }
-        do {
-            let finished = try await send(record, holder: holder, shutdown: shutdown)
-            renewal.cancel()
-            if finished {
-                leaseEvents.increment(labels: ["finished"])
-                return
+        defer { runningGauge.decrement() }
+        // The renewal runs beside the sending as a child task, for as long as the campaign is held.
+        let finished = await withTaskGroup(of: Void.self) { group -> Bool in
+            group.addTask { await self.renewLoop(holder) }
+            defer { group.cancelAll() }
+            do {
+                return try await send(record, holder: holder, shutdown: shutdown)
+            } catch {
+                logger.warning("campaign failed; it resumes from its checkpoint", fields.merging(["error": "\(error)"]) { a, _ in a })
+                try? await Task.sleep(for: .seconds(1))
+                return false
             }
-        } catch {
-            logger.warning("campaign failed; it resumes from its checkpoint", fields.merging(["error": "\(error)"]) { a, _ in a })
-            try? await Task.sleep(for: .seconds(1))
         }
-        renewal.cancel()
+        if finished {
+            leaseEvents.increment(labels: ["finished"])
+            return
+        }
         if holder.isValid() {
             _ = try? await store.release(holder.current)
             leaseEvents.increment(labels: ["released"])
@@ -183,129 +183,38 @@ public final class CampaignRunner: Service {
     private func send(_ record: CampaignRecord, holder: Holder, shutdown: GracefulShutdown) async throws -> Bool {
         let request = record.request
         let requestID = record.requestID
-        let cancelled: @Sendable () -> Bool = { [cancellations] in
-            if holder.cancelled.load(ordering: .relaxed) { return true }
-            if cancellations.contains(requestID) {
-                holder.cancelled.store(true, ordering: .relaxed)
-                return true
-            }
-            return false
-        }
-        let shouldStop: @Sendable () -> Bool = {
-            shutdown.isTriggered || holder.aborted.load(ordering: .relaxed) || !holder.isValid()
-        }
-        var counts = record.counts
-        var cursor = record.cursor
-        var lastProgress = ContinuousClock.now
-        let startedAt = record.startedAtMs
-
-        if case .audience? = request.target {
-            let query = try AudienceQuery(request)
-            var window = CampaignPageWindow(cursor: cursor, counts: counts)
-            var readCursor = cursor
-            var exhausted = false
-            var stopped = false
-            var failure: (any Error)?
-            var previousStarted: OneShot?
-            await withTaskGroup(of: (Int, Result<(counts: CampaignCounts, abandoned: Bool), any Error>).self) { group in
-                while true {
-                    // Read ahead: the next pages start sending while earlier ones are answered.
-                    while !exhausted, !stopped, window.unfinished < settings.pagesInFlight {
-                        if shouldStop() { stopped = true; break }
-                        do {
-                            let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
-                            guard let last = tokens.last else { exhausted = true; break }
-                            let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: tokens.map(\.deviceToken))
-                            let sequence = window.issue(lastToken: last.deviceToken)
-                            readCursor = last.deviceToken
-                            // Pages send in order: this one's sends queue behind the last send of the one before.
-                            let turn = (after: previousStarted, started: OneShot())
-                            previousStarted = turn.started
-                            group.addTask { [self] in
-                                do {
-                                    return (sequence, .success(try await processor.sendCampaignPage(
-                                        SendRequestProcessor.campaignPage(tokens), request: request, requestedAt: record.requestedAtMs,
-                                        recorded: recorded, lane: lane, limiter: limiter, turn: turn, cancelled: cancelled,
-                                        shouldStop: shouldStop)))
-                                } catch {
-                                    return (sequence, .failure(error))
-                                }
-                            }
-                        } catch {
-                            failure = error
-                            holder.abort()
-                            stopped = true
-                        }
-                    }
-                    guard let (sequence, result) = await group.next() else { break }
-                    let page: (counts: CampaignCounts, abandoned: Bool)
-                    switch result {
-                    case .failure(let error):
-                        // The other pages stop sending (shouldStop) and finish what is in flight.
-                        if failure == nil { failure = error }
-                        holder.abort()
-                        stopped = true
-                        continue
-                    case .success(let sent):
-                        page = sent
-                    }
-                    if page.abandoned {
-                        stopped = true
-                        continue
-                    }
-                    guard let checkpoint = window.finish(sequence, counts: page.counts), holder.isValid(), failure == nil else { continue }
-                    counts = checkpoint.counts
-                    cursor = checkpoint.cursor
-                    do {
-                        guard try await store.checkpoint(holder.current, cursor: cursor, counts: counts) else {
-                            holder.markLost()
-                            stopped = true
-                            continue
-                        }
-                        if ContinuousClock.now - lastProgress >= settings.progressInterval {
-                            lastProgress = .now
-                            try await publishProgress(record, counts: counts, done: false, startedAtMs: startedAt)
-                        }
-                    } catch {
-                        failure = error
-                        holder.abort()
-                        stopped = true
-                    }
+        let flags = PageFlags(
+            cancelled: { [cancellations] in
+                if holder.cancelled.load(ordering: .relaxed) { return true }
+                if cancellations.contains(requestID) {
+                    holder.cancelled.store(true, ordering: .relaxed)
+                    return true
                 }
-            }
-            if let failure { throw failure }
-            if stopped || window.pending > 0 { return false }
-            counts = window.checkpoint.counts
-        } else if cursor == nil {
+                return false
+            },
+            shouldStop: { shutdown.isTriggered || holder.aborted.load(ordering: .relaxed) || !holder.isValid() })
+        var counts = record.counts
+        if case .audience? = request.target {
+            guard let sent = try await sendAudience(record, holder: holder, flags: flags) else { return false }
+            counts = sent
+        } else if record.cursor == nil {
             // A scheduled device_tokens/user_ids request: one page, resolved as an immediate request's.
             let page = try await processor.campaignPage(resolving: request)
             let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: page.tokens)
             let (sent, abandoned) = try await processor.sendCampaignPage(
                 page, request: request, requestedAt: record.requestedAtMs, recorded: recorded, lane: lane, limiter: limiter,
-                cancelled: cancelled, shouldStop: shouldStop)
+                cancelled: flags.cancelled, shouldStop: flags.shouldStop)
             if abandoned { return false }
             counts = counts + sent
         }
 
         // The end: RequestCompleted (acknowledged) first, then the row closes; a holder that dies in
         // between leaves the row open and the next one publishes the same event (same id) again.
-        guard !shouldStop() else { return false }
-        let state = CampaignState.final(cancelRequested: cancelled())
-        var completed = RequestCompleted()
-        completed.requestID = requestID
-        completed.total = UInt32(clamping: counts.processed)
-        completed.delivered = UInt32(clamping: counts.delivered)
-        completed.rejected = UInt32(clamping: counts.rejected)
-        completed.failed = UInt32(clamping: counts.failed)
-        completed.skipped = UInt32(clamping: counts.skipped)
-        completed.requestedAtMs = record.requestedAtMs
-        completed.completedAtMs = clock.nowMilliseconds()
-        completed.status = state.requestStatus
-        try await feedback.publish(
-            feedback.event(id: FeedbackEventID.requestCompleted(requestID: requestID), .requestCompleted(completed), traceParent: request.traceParent),
-            key: requestID)
+        guard !flags.shouldStop() else { return false }
+        let state = CampaignState.final(cancelRequested: flags.cancelled())
+        let completed = try await processor.completeCampaign(request, requestedAtMs: record.requestedAtMs, counts: counts, state: state)
         if case .audience? = request.target {
-            try await publishProgress(record, counts: counts, done: true, startedAtMs: startedAt)
+            try await publishProgress(record, counts: counts, done: true, startedAtMs: record.startedAtMs)
         }
         guard try await store.finish(holder.current, state: state, counts: counts, completedAtMs: completed.completedAtMs) else {
             holder.markLost()
@@ -316,6 +225,98 @@ public final class CampaignRunner: Service {
             "rejected": "\(counts.rejected)", "failed": "\(counts.failed)", "skipped": "\(counts.skipped)",
         ])
         return true
+    }
+
+    /// What a campaign's pages ask before each send: whether it was cancelled, whether to stop.
+    private struct PageFlags: Sendable {
+        let cancelled: @Sendable () -> Bool
+        let shouldStop: @Sendable () -> Bool
+    }
+
+    /// A page's sequence number in the window and how its sending ended.
+    private typealias PageResult = (sequence: Int, result: Result<(counts: CampaignCounts, abandoned: Bool), any Error>)
+
+    /// Sends an audience campaign's pages from its checkpoint, `pagesInFlight` at once, moving the
+    /// checkpoint over the pages finished in order.
+    /// - Returns: the counts at the end of the audience, or nil when it stopped (stopping, lease lost,
+    ///   a page abandoned).
+    /// - Throws: the first page's or write's error (the other pages stopped).
+    private func sendAudience(_ record: CampaignRecord, holder: Holder, flags: PageFlags) async throws -> CampaignCounts? {
+        let query = try AudienceQuery(record.request)
+        var window = CampaignPageWindow(cursor: record.cursor, counts: record.counts)
+        var readCursor = record.cursor
+        var exhausted = false
+        var stopped = false
+        var failure: (any Error)?
+        var previousStarted: OneShot?
+        var lastProgress = ContinuousClock.now
+        await withTaskGroup(of: PageResult.self) { group in
+            while true {
+                // Read ahead: the next pages start sending while earlier ones are answered.
+                while !exhausted, !stopped, window.unfinished < settings.pagesInFlight {
+                    if flags.shouldStop() { stopped = true; break }
+                    do {
+                        let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
+                        guard let last = tokens.last else { exhausted = true; break }
+                        let recorded = try await store.recordedOutcomes(requestID: record.requestID, tokens: tokens.map(\.deviceToken))
+                        let sequence = window.issue(lastToken: last.deviceToken)
+                        readCursor = last.deviceToken
+                        // Pages send in order: this one's sends queue behind the last send of the one before.
+                        let turn = (after: previousStarted, started: OneShot())
+                        previousStarted = turn.started
+                        group.addTask { [self] in
+                            await sendPage(tokens, sequence: sequence, record: record, recorded: recorded, turn: turn, flags: flags)
+                        }
+                    } catch {
+                        failure = error
+                        holder.abort()
+                        stopped = true
+                    }
+                }
+                guard let (sequence, result) = await group.next() else { break }
+                switch result {
+                case .failure(let error):
+                    // The other pages stop sending (shouldStop) and finish what is in flight.
+                    if failure == nil { failure = error }
+                    holder.abort()
+                    stopped = true
+                case .success(let page) where page.abandoned:
+                    stopped = true
+                case .success(let page):
+                    guard let checkpoint = window.finish(sequence, counts: page.counts), holder.isValid(), failure == nil else { continue }
+                    do {
+                        if try await !store.checkpoint(holder.current, cursor: checkpoint.cursor, counts: checkpoint.counts) {
+                            holder.markLost()
+                            stopped = true
+                        } else if ContinuousClock.now - lastProgress >= settings.progressInterval {
+                            lastProgress = .now
+                            try await publishProgress(record, counts: checkpoint.counts, done: false, startedAtMs: record.startedAtMs)
+                        }
+                    } catch {
+                        failure = error
+                        holder.abort()
+                        stopped = true
+                    }
+                }
+            }
+        }
+        if let failure { throw failure }
+        if stopped || window.pending > 0 { return nil }
+        return window.checkpoint.counts
+    }
+
+    /// Sends one audience page through the processor (the campaign source of the pipeline).
+    private func sendPage(
+        _ tokens: [StoredToken], sequence: Int, record: CampaignRecord, recorded: [String: TokenStore.RecordedOutcome],
+        turn: (after: OneShot?, started: OneShot), flags: PageFlags
+    ) async -> PageResult {
+        do {
+            return (sequence, .success(try await processor.sendCampaignPage(
+                SendRequestProcessor.campaignPage(tokens), request: record.request, requestedAt: record.requestedAtMs,
+                recorded: recorded, lane: lane, limiter: limiter, turn: turn, cancelled: flags.cancelled, shouldStop: flags.shouldStop)))
+        } catch {
+            return (sequence, .failure(error))
+        }
     }
 
     private func publishProgress(_ record: CampaignRecord, counts: CampaignCounts, done: Bool, startedAtMs: Int64) async throws {

@@ -10,7 +10,7 @@ extension Dispatcher {
     /// content (dead-lettered, with a `RequestCompleted` naming the reason), a campaign or scheduled
     /// send (stored as a campaign row), or a request run here, joining a handling of the same request
     /// id still running in this process. Throws only for transient infrastructure failures.
-    func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws {
+    func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws -> RecordOutcome {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
         do {
@@ -18,12 +18,12 @@ extension Dispatcher {
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
             if let cancel = try CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) {
                 try await applyCancel(cancel)
-                return
+                return .finished
             }
             request = try SendRequestDecoder.decode(message, limits: configuration.intake.sendRequestLimits)
         } catch let error as SendRequestDecoder.Rejection {
             try await reject(message, error, trace: TraceParent.resolve([headerTrace]).trace)
-            return
+            return .finished
         }
         // docs/observability.md "Trace context": the record's traceparent header, else the request's
         // trace_parent field, else a new trace; every record this request causes carries the result.
@@ -51,22 +51,21 @@ extension Dispatcher {
                     error: "request_id: \"\(request.requestID)\" was used before for another notification or target; a request id names one send (not applied)",
                     rejectedBy: "dispatcher")
                 metrics.deadLetters.increment(labels: ["request_id_reused"])
-                return
+                return .finished
             }
             if CampaignRunner.isCampaign(request, nowMs: nowMs) {
                 try await campaignStore.create(request, requestedAtMs: request.createdAtMs > 0 ? request.createdAtMs : nowMs, nowMs: nowMs)
-                return
+                return .finished
             }
             let requestID = request.requestID
             // An earlier handling of this request still running here (its partition was lost or
             // revoked and assigned back) is joined, never run beside.
-            guard try await claimRequest(requestID, message) else { return }
+            guard try await claimRequest(requestID, message) else { return .finished }
             var finished = false
             defer { releaseRequest(requestID, finished: finished) }
-            try await processor.process(
-                request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop,
-                cancelled: { [cancellations] in cancellations.contains(requestID) })
-            finished = true
+            let outcome = try await processor.process(request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
+            finished = outcome != .abandoned
+            return outcome
         } catch let error as PostgresError where error.isCausedByTheData {
             // Retrying cannot help a record the database refuses: keep it for operators and go on.
             logger.error("record refused by PostgreSQL", [
@@ -75,6 +74,7 @@ extension Dispatcher {
             try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
+        return .finished
     }
 
     /// A send request refused for its content: to the dead-letter topic, and a `RequestCompleted`
@@ -87,11 +87,7 @@ extension Dispatcher {
         try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
         metrics.deadLetters.increment(labels: [error.reason])
         guard let key = message.key, !key.isEmpty else { return }
-        var completed = RequestCompleted()
-        completed.requestID = String(decoding: key, as: UTF8.self)
-        completed.error = error.description
-        completed.completedAtMs = clock.nowMilliseconds()
-        try await feedback.publish(feedback.event(.requestCompleted(completed), traceParent: trace.text), key: completed.requestID)
+        try await processor.publishRejected(requestID: String(decoding: key, as: UTF8.self), error: error.description, traceParent: trace.text)
     }
 }
 

@@ -8,7 +8,9 @@ import ServiceCore
 extension Dispatcher {
     /// Handles records of one partition (one send request, or a batch of token events); throws only
     /// for transient infrastructure failures.
-    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws {
+    /// - Returns: `.abandoned` when a send request stopped before it finished; else `.finished`.
+    @discardableResult
+    func handle(_ records: [KafkaMessage], retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
         var records = records
         // Send requests too large are refused by the send-request path (with a RequestCompleted).
         let refusedHere: (KafkaMessage) -> Bool = { [configuration] message in
@@ -19,12 +21,15 @@ extension Dispatcher {
             for message in records where refusedHere(message) && message.unreadableError == nil { try await deadLetterOversized(message) }
             records.removeAll(where: refusedHere)
         }
-        guard let first = records.first else { return }
+        guard let first = records.first else { return .finished }
         if first.topic == configuration.topics.tokenEvents {
             try await applyTokenEvents(records)
         } else if first.topic == configuration.topics.sendRequests {
-            for message in records { try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) }
+            for message in records where try await handleSendRequest(message, retryContext: retryContext, shouldStop: shouldStop) == .abandoned {
+                return .abandoned
+            }
         }
+        return .finished
     }
 
     /// A record the Kafka client could not read (the consumer skipped its offset): kept on the

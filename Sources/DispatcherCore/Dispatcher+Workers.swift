@@ -77,10 +77,9 @@ extension Dispatcher {
         while true {
             if Task.isCancelled { return false }
             do {
-                try await handle(records, retryContext: retryContext, shouldStop: shouldStop)
-                return true
+                return try await handle(records, retryContext: retryContext, shouldStop: shouldStop) != .abandoned
             } catch {
-                if Task.isCancelled || error is CancellationError || error is RecordAbandoned { return false }
+                if Task.isCancelled || error is CancellationError { return false }
                 if engine.withLock({ $0.machine.stopping }) { return false }
                 let decision = retry.failed(at: .now)
                 logRetry(decision, records[0], error)

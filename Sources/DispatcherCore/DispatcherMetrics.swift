@@ -24,6 +24,11 @@ struct DispatcherMetrics: Sendable {
     /// `accepted_not_corrected` (a newer registration kept the row, or PostgreSQL failed), `refused`,
     /// `no_answer`.
     let otherEnvironmentTries: Counter
+    /// `push_request_duration_seconds{lane}`: from a request's `requested_at_ms` (its `created_at_ms`,
+    /// else when its record was consumed) to Kafka's acknowledgement of its `RequestCompleted`, in
+    /// seconds; `lane` is `transactional` (immediate requests, with their parked notifications) or
+    /// `campaign` (campaigns and scheduled requests).
+    let requestDuration: Histogram
 
     init(registry: MetricsRegistry) {
         notifications = registry.counter(
@@ -36,6 +41,10 @@ struct DispatcherMetrics: Sendable {
         otherEnvironmentTries = registry.counter(
             "push_other_environment_tries_total", help: "Tries on the other APNs environment after BadDeviceToken, by result.",
             labelNames: ["result"])
+        requestDuration = registry.histogram(
+            "push_request_duration_seconds",
+            help: "Time from a request's requested_at_ms to the acknowledgement of its RequestCompleted, by lane (transactional, campaign).",
+            labelNames: ["lane"], buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600])
     }
 
     /// Counts one final outcome.

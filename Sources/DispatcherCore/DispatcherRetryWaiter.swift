@@ -3,33 +3,42 @@ import Kafka
 import ServiceCore
 import Synchronization
 
-/// One permit of the process-wide notification budget, held by one notification: released while
+/// One permit of an in-flight budget (the process-wide budget, or the campaign lane), held by one
+/// notification: taken by `InFlightBudgetPolicy` when the notification is admitted, released while
 /// the notification waits for a retry, queued for again when the wait ends, and given back at most
-/// once when the notification settles.
+/// once when the notification settles. A notification admitted without a budget holds none.
 final class NotificationPermit: Sendable {
-    private let budget: AsyncSemaphore
+    private let budget = Mutex<AsyncSemaphore?>(nil)
     private let held = Atomic<Bool>(false)
 
-    init(_ budget: AsyncSemaphore) { self.budget = budget }
+    /// A permit of no budget yet (`acquire(from:)` names it).
+    init() {}
 
-    /// Waits for a permit (FIFO with every other notification).
+    /// A permit of `budget`, not held yet.
+    convenience init(_ budget: AsyncSemaphore) {
+        self.init()
+        self.budget.withLock { $0 = budget }
+    }
+
+    /// Waits for a permit of `budget` (FIFO with every other notification) and keeps it.
+    /// - Throws: `CancellationError`.
+    func acquire(from budget: AsyncSemaphore) async throws {
+        self.budget.withLock { $0 = budget }
+        try await acquire()
+    }
+
+    /// Waits for a permit of this permit's budget again (none: returns at once).
     /// - Throws: `CancellationError`.
     func acquire() async throws {
+        guard let budget = budget.withLock({ $0 }) else { return }
         try await budget.acquire()
         held.store(true, ordering: .sequentiallyConsistent)
     }
 
     /// Gives the permit back if held.
     func release() {
-        if held.exchange(false, ordering: .sequentiallyConsistent) { budget.release() }
+        if held.exchange(false, ordering: .sequentiallyConsistent) { budget.withLock { $0 }?.release() }
     }
-}
-
-/// Thrown by a waiter once the notification was parked in `pending_retries` (durably) or put back
-/// there by a re-drive: it has no outcome yet, and its record need not wait for it.
-struct RetryParked: Error, CustomStringConvertible {
-    var reason: String
-    var description: String { "notification parked in pending_retries (\(reason))" }
 }
 
 /// Where a notification of a running record stands, for its waiter: its partition, when its record
@@ -58,7 +67,7 @@ struct RetryContext: Sendable {
 
 /// The waiter of a notification sent by a running record (the hot path). Decides with
 /// `RetryParkingPolicy`: waits on a timer with its budget permit released, or parks the notification
-/// (`park` writes the row) and throws `RetryParked`. Woken early while it waits (the span reached its
+/// (`park` writes the row) and ends the send (`WaiterEndedSend`, `.parked`). Woken early while it waits (the span reached its
 /// cap, the partition stopped), it parks. When parking fails (PostgreSQL unavailable) it waits on the
 /// timer instead: the partition's span stays capped by the scheduler either way.
 struct HotPathRetryWaiter: APNsRetryWaiter {
@@ -101,7 +110,7 @@ struct HotPathRetryWaiter: APNsRetryWaiter {
             try await permit.acquire()
             return
         }
-        if case .park(let why) = decision { throw RetryParked(reason: "\(why.rawValue), \(reason.metricLabel)") }
+        if case .park(let why) = decision { throw WaiterEndedSend(.parked(reason: "\(why.rawValue), \(reason.metricLabel)")) }
     }
 }
 
@@ -150,7 +159,7 @@ extension HotPathRetryWaiter {
                 try await permit.acquire()
                 return try await turn()
             }
-            throw RetryParked(reason: "\(RetryParkingPolicy.ParkReason.spanFull.rawValue), device gate")
+            throw WaiterEndedSend(.parked(reason: "\(RetryParkingPolicy.ParkReason.spanFull.rawValue), device gate"))
         }
         let value = try outcome.get()
         try await permit.acquire()
@@ -166,13 +175,14 @@ private enum GateRace<T: Sendable>: Sendable {
 }
 
 /// The waiter of a parked notification being re-driven: every wait puts it back in
-/// `pending_retries`, due after the delay, and throws `RetryParked`; nothing waits in the process.
+/// `pending_retries`, due after the delay, and ends the send (`WaiterEndedSend`, `.parked`); nothing
+/// waits in the process.
 struct ParkedRetryWaiter: APNsRetryWaiter {
     let reschedule: @Sendable (Duration, Int, APNsRetryReason) async throws -> Void
 
     func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
         try await reschedule(delay, attemptsSoFar, reason)
-        throw RetryParked(reason: "rescheduled, \(reason.metricLabel)")
+        throw WaiterEndedSend(.parked(reason: "rescheduled, \(reason.metricLabel)"))
     }
 }
 

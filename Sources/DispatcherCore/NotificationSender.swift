@@ -11,7 +11,7 @@ public protocol NotificationSender: Sendable {
     ///   notification off its hot path) and the retry deadline.
     /// - Throws: when no answer arrived within the retry rules (`APNsError` `.deliveryFailed` with
     ///   `attempts`), and whatever the waiter throws, unchanged; the dispatcher reports the first
-    ///   `FAILED` and handles the second (`RetryParked`).
+    ///   `FAILED` and handles the second (`WaiterEndedSend`, turned into `SendAnswer.interrupted`).
     func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsResponse
 
     /// The last instant an attempt of `request`, first sent now, may start (from `apns-expiration`

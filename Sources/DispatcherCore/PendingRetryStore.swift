@@ -168,10 +168,11 @@ public final class PendingRetryStore: Sendable {
     /// redelivered record publishes nothing). When `publish` throws, everything rolls back and the
     /// row stays for the caller's retry.
     /// - Parameter eventID: the `RequestCompleted`'s event id, kept in `request_completions`.
+    /// - Parameter status: what the `RequestCompleted` says, kept there too: `completed` or `cancelled`.
     /// - Returns: whether this caller published.
     /// - Throws: `PostgresError`, or what `publish` throws.
     public func completeOnce(
-        requestID: String, eventID: String,
+        requestID: String, eventID: String, status: String = "completed",
         publish: (_ requestedAtMs: Int64, _ traceParent: String, _ counts: [String: Int]) async throws -> Void
     ) async throws -> Bool {
         try await pool.withTransaction { connection in
@@ -187,8 +188,8 @@ public final class PendingRetryStore: Sendable {
                               try await Self.outcomeCounts(requestID: requestID, on: connection))
             _ = try await connection.execute("DELETE FROM pending_requests WHERE request_id = $1", [.string(requestID)])
             _ = try await connection.execute(
-                "INSERT INTO request_completions (request_id, event_id) VALUES ($1, $2) ON CONFLICT (request_id) DO NOTHING",
-                [.string(requestID), .string(eventID)])
+                "INSERT INTO request_completions (request_id, event_id, status) VALUES ($1, $2, $3) ON CONFLICT (request_id) DO NOTHING",
+                [.string(requestID), .string(eventID), .string(status)])
             return true
         }
     }

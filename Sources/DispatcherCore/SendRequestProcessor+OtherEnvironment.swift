@@ -57,31 +57,7 @@ extension SendRequestProcessor {
             }
             return .notDelivered(extraAttempts: 0)
         }
-        // One try: a waiter that ends it at the first wait (no back-off, no parking).
-        let options = APNsSendOptions(waiter: SingleTryWaiter(), retryDeadline: retryDeadline)
-        let answer: OtherEnvironmentTry.Answer
-        var accepted: APNsResponse?
-        let attempts: Int
-        do {
-            let response = try await sender.send(apnsRequest, environment: other, options: options)
-            attempts = response.attempts
-            if response.isSuccess {
-                answer = .accepted
-                accepted = response
-            } else {
-                answer = .refused
-            }
-        } catch let error as CancellationError {
-            throw error
-        } catch where Task.isCancelled {
-            throw CancellationError()
-        } catch {
-            attempts = (error as? SingleTryWaiter.Ended)?.attempts ?? (error as? APNsError)?.attempts ?? 1
-            answer = .noAnswer
-            logger.info("no answer from the other APNs environment", [
-                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
-            ])
-        }
+        let (answer, accepted, attempts) = try await tryOnce(apnsRequest, in: other, report: report, retryDeadline: retryDeadline)
         switch decision.handle(.otherEnvironmentAnswered(answer)) {
         case .correctEnvironment(let from, let to):
             guard let response = accepted else { return .notDelivered(extraAttempts: attempts) }
@@ -121,22 +97,58 @@ extension SendRequestProcessor {
             return .notDelivered(extraAttempts: attempts)  // never: the value allows one try
         }
     }
+
+    /// The one try on `other`: a waiter that ends it at the first wait (no back-off, no parking).
+    /// - Returns: Apple's answer there, the response when accepted, and the sends it took.
+    /// - Throws: `CancellationError` when stopped.
+    private func tryOnce(_ apnsRequest: APNsRequest, in other: APNsEnvironment, report: DeliveryReport, retryDeadline: Date?) async throws
+        -> (OtherEnvironmentTry.Answer, APNsResponse?, Int)
+    {
+        let token = Logger.shortened(token: report.deviceToken)
+        let options = APNsSendOptions(waiter: SingleTryWaiter(), retryDeadline: retryDeadline)
+        let answer: OtherEnvironmentTry.Answer
+        var accepted: APNsResponse?
+        let attempts: Int
+        do {
+            switch try await send(apnsRequest, environment: other, options: options) {
+            case .answered(let response):
+                attempts = response.attempts
+                if response.isSuccess {
+                    answer = .accepted
+                    accepted = response
+                } else {
+                    answer = .refused
+                }
+            case .interrupted(let interruption):
+                if case .noFinalAnswer(let sent, _) = interruption { attempts = sent } else { attempts = 1 }
+                answer = .noAnswer
+                logger.info("no answer from the other APNs environment", [
+                    "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue,
+                    "error": "\(WaiterEndedSend(interruption))",
+                ])
+            }
+        } catch let error as CancellationError {
+            throw error
+        } catch where Task.isCancelled {
+            throw CancellationError()
+        } catch {
+            attempts = (error as? APNsError)?.attempts ?? 1
+            answer = .noAnswer
+            logger.info("no answer from the other APNs environment", [
+                "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue, "error": "\(error)",
+            ])
+        }
+        return (answer, accepted, attempts)
+    }
+
 }
 
 /// The waiter of the one try on the other environment: it ends the try at the first wait the
 /// APNs client asks for (a retryable answer, a lost connection, an open circuit), so the try is one
-/// attempt that never waits, holds nothing back and is never parked.
+/// attempt that never waits, holds nothing back and is never parked. The send answers
+/// `SendAnswer.interrupted(.noFinalAnswer)`.
 struct SingleTryWaiter: APNsRetryWaiter {
-    /// Thrown instead of waiting: the try is over without Apple's final answer.
-    struct Ended: Error, CustomStringConvertible {
-        /// Sends APNs may have processed.
-        var attempts: Int
-        /// Why the client wanted to wait.
-        var reason: APNsRetryReason
-        var description: String { "the one try ended without a final answer (\(reason.metricLabel))" }
-    }
-
     func wait(_ delay: Duration, attemptsSoFar: Int, reason: APNsRetryReason) async throws {
-        throw Ended(attempts: attemptsSoFar, reason: reason)
+        throw WaiterEndedSend(.noFinalAnswer(attempts: attemptsSoFar, reason: reason.metricLabel))
     }
 }

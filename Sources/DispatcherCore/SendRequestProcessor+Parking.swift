@@ -1,45 +1,30 @@
 import APNs
 import PushMessages
 
-extension SendRequestProcessor {
-    /// Publishes the `RequestCompleted` of a request whose notifications were parked, if it is
-    /// complete now: its record finished and no parked notification remains
-    /// (`ParkedRequestCompletion`), once however many callers ask at the same time
-    /// (`PendingRetryStore.completeOnce`). Counts come from `send_log`; the event id is the request's
-    /// usual one; it waits for Kafka's acknowledgement before the completion is recorded.
-    /// - Throws: `PostgresError`, `KafkaError` (nothing was recorded: the caller retries).
-    func completeParkedRequest(_ requestID: String) async throws {
-        let eventID = FeedbackEventID.requestCompleted(requestID: requestID)
-        let published = try await parking.completeOnce(requestID: requestID, eventID: eventID) { requestedAt, traceParent, outcomes in
-            let counts = ParkedRequestCompletion.counts(outcomes)
-            var completed = RequestCompleted()
-            completed.requestID = requestID
-            completed.requestedAtMs = requestedAt
-            completed.status = .completed
-            completed.total = UInt32(clamping: counts.total)
-            completed.delivered = UInt32(clamping: counts.delivered)
-            completed.rejected = UInt32(clamping: counts.rejected)
-            completed.failed = UInt32(clamping: counts.failed)
-            completed.skipped = UInt32(clamping: counts.skipped)
-            completed.completedAtMs = clock.nowMilliseconds()
-            try await feedback.publish(
-                feedback.event(id: eventID, .requestCompleted(completed), traceParent: traceParent), key: requestID)
-        }
-        if published { logger.debug("request with parked notifications completed", ["request_id": requestID]) }
-    }
+// MARK: - The parked re-drive source
 
-    /// Sends a parked notification claimed by `owner` once more, with its stored deadline. A final
-    /// answer is recorded in `send_log` and published like any other, then the row is deleted and
-    /// the request completed if it was its last; a retryable answer puts the row back, due after the
+extension SendRequestProcessor {
+    /// Sends a parked notification claimed by `owner` once more, with its stored deadline, through
+    /// the same stages as any notification: admitted by the process-wide budget and the cancel check
+    /// (a notification of a cancelled request is settled SKIPPED with OUTCOME_REASON_CANCELLED, never
+    /// sent), sent and settled, recorded in `send_log` and published; then the row is deleted and the
+    /// request completed if it was its last. A retryable answer puts the row back, due after the
     /// client's delay (`ParkedRetryWaiter`).
     /// - Throws: `CancellationError` (the claim is given up: the row is due again at once);
     ///   `PostgresError`, `KafkaError` (the row stays claimed until its lease passes, then is sent again).
     func redrive(_ retry: PendingRetry, owner: String) async throws {
-        let permit = NotificationPermit(budget)
-        try await permit.acquire()
+        let admission = AdmissionChain([InFlightBudgetPolicy(budget: budget), CancelCheckPolicy(cancellations: cancellations)])
+        let permit = NotificationPermit()
         defer { permit.release() }
+        let candidate = AdmissionCandidate(requestID: retry.requestID, bundleID: retry.report.bundleID, sends: true)
+        var verdict = try await admission.admit(candidate, permit: permit)
+        if verdict == .admit { verdict = admission.recheck(candidate) }
         var report = retry.report
-        if case .at(let seconds) = retry.request.expiration, seconds * 1000 <= clock.nowMilliseconds() {
+        if case .settle(let outcome, let reason) = verdict {
+            report.outcome = outcome
+            report.outcomeReason = reason
+            report.completedAtMs = clock.nowMilliseconds()
+        } else if case .at(let seconds) = retry.request.expiration, seconds * 1000 <= clock.nowMilliseconds() {
             report.outcome = .failed
             report.outcomeReason = .expired
             report.completedAtMs = clock.nowMilliseconds()
@@ -47,21 +32,23 @@ extension SendRequestProcessor {
             let waiter = ParkedRetryWaiter { [parking] delay, attempts, reason in
                 try await parking.reschedule(retry, owner: owner, delay: delay, addingAttempts: attempts, reason: reason.metricLabel)
             }
-            let settled: DeliveryReport?
+            let attempt = SendAttempt(
+                apnsRequest: retry.request, environment: retry.environment, report: report, earlierAttempts: retry.attempts,
+                options: APNsSendOptions(waiter: waiter, retryDeadline: retry.retryDeadline), traceParent: retry.traceParent,
+                scope: .unknown)
+            let result: NotificationResult
             do {
-                settled = try await sendAndSettle(
-                    retry.request, environment: retry.environment, report: report, earlierAttempts: retry.attempts,
-                    options: APNsSendOptions(waiter: waiter, retryDeadline: retry.retryDeadline), requestID: retry.requestID,
-                    traceParent: retry.traceParent, scope: .unknown)
+                result = try await sendAndSettle(attempt)
             } catch is CancellationError {
                 try? await parking.release(retry, owner: owner)
                 throw CancellationError()
             }
-            guard let settled else { return }  // rescheduled
+            guard case .settled(let settled) = result else { return }  // rescheduled
             report = settled
         }
-        let acks = Acknowledgements()
-        _ = try await publishOutcome(report, traceParent: retry.traceParent, acks: acks)
+        let acks = Acknowledgements(publications)
+        let final = try await publishOutcome(report, traceParent: retry.traceParent, acks: acks)
+        noteFinal(final)
         try await acks.waitForAll()
         try await parking.remove(retry, owner: owner)
         try await completeParkedRequest(retry.requestID)

@@ -84,7 +84,7 @@ struct RetryWaiterTests {
         let waiting = Task { try await waiter.waitForDeviceGate(attemptsSoFar: 1) { try await gate.acquire(); return 1 } }
         try await Self.eventually { timers.waiting == 1 }
         #expect(timers.parkAll(of: Self.partition) == 1)
-        await #expect(throws: RetryParked.self) { try await waiting.value }
+        await #expect(throws: WaiterEndedSend.self) { try await waiting.value }
         #expect(parkedDelays.withLock { $0 } == [.zero])
         #expect(gate.queuedWaiters == 0, "it left the line")
         #expect(budget.availablePermits == 1)
@@ -98,7 +98,7 @@ struct RetryWaiterTests {
         let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(RetryTimers(), uncommitted: { 10 }), logger: Logger(label: "test")) { delay, _, _ in
             parked.withLock { $0.append(delay) }
         }
-        await #expect(throws: RetryParked.self) { try await waiter.wait(.seconds(30), attemptsSoFar: 2, reason: .serverError(status: 503)) }
+        await #expect(throws: WaiterEndedSend.self) { try await waiter.wait(.seconds(30), attemptsSoFar: 2, reason: .serverError(status: 503)) }
         #expect(parked.withLock { $0 } == [.seconds(30)])
     }
 
@@ -120,7 +120,7 @@ struct RetryWaiterTests {
         #expect(timers.parkAll(of: KafkaTopicPartition(topic: "push.send-requests.v1", partition: 4)) == 0)
         let started = ContinuousClock.now
         #expect(timers.parkAll(of: Self.partition) == 2)
-        for task in tasks { await #expect(throws: RetryParked.self) { try await task.value } }
+        for task in tasks { await #expect(throws: WaiterEndedSend.self) { try await task.value } }
         #expect(started.duration(to: .now) < .seconds(5))
         // Parked with the rest of their delay, not a new one.
         #expect(parkedDelays.withLock { $0 }.allSatisfy { $0 > .seconds(40) && $0 <= .seconds(50) })
@@ -135,7 +135,7 @@ struct RetryWaiterTests {
         let waiter = HotPathRetryWaiter(permit: permit, context: Self.context(RetryTimers(), uncommitted: { 0 }), logger: Logger(label: "test")) { _, _, _ in
             parked.withLock { $0 += 1 }
         }
-        await #expect(throws: RetryParked.self) { try await waiter.wait(.seconds(61), attemptsSoFar: 1, reason: .tooManyRequests) }
+        await #expect(throws: WaiterEndedSend.self) { try await waiter.wait(.seconds(61), attemptsSoFar: 1, reason: .tooManyRequests) }
         #expect(parked.withLock { $0 } == 1)
     }
 

@@ -1,0 +1,104 @@
+import APNs
+import APNsSimulator
+import Foundation
+import Kafka
+import PushMessages
+import PushTestSupport
+import ServiceCore
+import Testing
+
+@testable import DispatcherCore
+
+extension DispatcherEngineSuites {
+    /// The delivery pipeline's guarantees across its sources, on a running engine (`EngineWorld`: real
+    /// PostgreSQL, librdkafka's mock cluster, the APNs simulator over TLS): the cancel check before every
+    /// send, parked re-drives included; campaign notifications counted in `push_notifications_total`;
+    /// `push_request_duration_seconds{lane}` observed where each `RequestCompleted` is acknowledged.
+    @Suite(.testDatabase, .serialized, .timeLimit(.minutes(5)))
+    struct PipelineEngineTests {
+        init() { ProcessSignals.ignoreSIGPIPE() }
+
+        static let cancelContentType = "application/x-protobuf; message=push.v1.CancelRequest"
+
+        /// A cancel that arrives while the request's notifications are parked: each re-drive is
+        /// settled SKIPPED (OUTCOME_REASON_CANCELLED) without reaching Apple, and the request completes
+        /// CANCELLED. (Before the re-drive consulted the cancel set, both were sent and delivered.)
+        @Test func aParkedNotificationOfACancelledRequestIsSettledSkippedNotSent() async throws {
+            let world = try await EngineWorld()
+            let tokens = [EngineWorld.token("91"), EngineWorld.token("92")]
+            var faults = APNsSimulatorFaults()
+            faults.statusShares = [503: 1]
+            world.simulator.setFaults(faults)
+            let engine = try world.startEngine {
+                $0.retryParking.maxUncommittedRecords = 1
+                $0.maxInFlightPerPartition = 1
+            }
+            try await world.send("parked-cancel", to: tokens)
+            try await eventually("both notifications parked and the record finished") {
+                let parked = try await world.count("SELECT count(*) FROM pending_retries WHERE request_id = $1", "parked-cancel")
+                let done = try await world.count("SELECT count(*) FROM pending_requests WHERE request_id = $1 AND record_done", "parked-cancel")
+                return parked == 2 && done == 1
+            }
+            let cancel = CancelRequest(requestID: "parked-cancel", reason: "test", requestedAtMs: SystemWallClock().nowMilliseconds())
+            _ = try await world.producer.send(
+                topic: world.topics.sendRequests, key: "parked-cancel", value: cancel.serializedBytes(),
+                headers: [KafkaHeader(name: "content-type", value: Self.cancelContentType)])
+            try await eventually("the cancel recorded") {
+                try await world.count("SELECT count(*) FROM cancellations WHERE request_id = $1", "parked-cancel") == 1
+            }
+            // Apple answers again: a re-drive that sent now would be delivered.
+            world.simulator.setFaults(APNsSimulatorFaults())
+            try await eventually("the parked notifications settled and the request completed") {
+                world.feedback.completions("parked-cancel").count == 1
+            }
+            #expect(try await world.sendLog("parked-cancel") == [tokens[0]: "SKIPPED", tokens[1]: "SKIPPED"])
+            let reports = world.feedback.reports("parked-cancel")
+            #expect(reports.count == 2 && reports.allSatisfy { $0.outcome == .skipped && $0.outcomeReason == .cancelled })
+            let completed = try #require(world.feedback.completions("parked-cancel").first)
+            #expect(completed.status == .cancelled)
+            #expect((completed.total, completed.skipped, completed.delivered) == (2, 2, 0))
+            #expect(try await world.count(
+                "SELECT count(*) FROM request_completions WHERE request_id = $1 AND status = 'cancelled'", "parked-cancel") == 1)
+            let delivered = world.simulator.receivedRequests().filter { request in
+                request.status == 200 && tokens.contains { request.path == "/3/device/\($0)" }
+            }
+            #expect(delivered.isEmpty, "no parked notification of the cancelled request reached Apple")
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// A campaign's notifications reach `push_notifications_total` like a request's (the record
+        /// stage counts every outcome this owner reached, whatever the source), and each completed
+        /// request is observed once in `push_request_duration_seconds` under its lane. Apple refuses
+        /// with a reason no other test of this target asks the simulator for, so the count is exact.
+        @Test func campaignNotificationsAreCountedAndEveryLaneObservesItsDuration() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<3).map { EngineWorld.token("e7", $0) }
+            var faults = APNsSimulatorFaults()
+            faults.reasonShares = [.topicDisallowed: 1]
+            world.simulator.setFaults(faults)
+            let registry = MetricsRegistry.shared
+            let labels = ["rejected", APNsReason.topicDisallowed.rawValue]
+            let countedBefore = registry.value("push_notifications_total", labels: labels) ?? 0
+            let campaignsBefore = registry.value("push_request_duration_seconds", labels: ["campaign"]) ?? 0
+            let requestsBefore = registry.value("push_request_duration_seconds", labels: ["transactional"]) ?? 0
+            let engine = try world.startEngine { $0.campaigns.runnerEnabled = true }
+            try await world.register(tokens)
+            try await eventually("the campaign's tokens registered") {
+                try await world.pool.query("SELECT 1 FROM device_tokens WHERE device_token LIKE 'e7%'").count == tokens.count
+            }
+            try await world.sendToAudience("counted-campaign")
+            try await eventually("the campaign completed") { world.feedback.completions("counted-campaign").count == 1 }
+            #expect(try await world.sendLog("counted-campaign") == Dictionary(uniqueKeysWithValues: tokens.map { ($0, "REJECTED") }))
+            #expect(registry.value("push_notifications_total", labels: labels) == countedBefore + 3)
+            #expect((registry.value("push_request_duration_seconds", labels: ["campaign"]) ?? 0) >= campaignsBefore + 1)
+            try await world.send("timed-request", to: [EngineWorld.token("e8")])
+            try await eventually("the request completed") { world.feedback.completions("timed-request").count == 1 }
+            try await eventually("its duration observed") {
+                (registry.value("push_request_duration_seconds", labels: ["transactional"]) ?? 0) >= requestsBefore + 1
+            }
+            try await engine.stop()
+            await world.close()
+        }
+    }
+}
