@@ -337,7 +337,7 @@ class Bench:
             f"{direct_replaced:,} replaced) | ratio {rate / direct:.3f} | loadavg {load} (direct {direct_load})")
 
     def direct_upserts(self, events: list[tuple[str, str, str, int]]) -> float:
-        """The dispatcher's register upsert (Sources/DispatcherCore/TokenStore.swift) and its installation
+        """The dispatcher's register upsert (Sources/DispatcherCore/Store/TokenStore.swift) and its installation
         replacement, 500 events per INSERT … SELECT FROM unnest(…) plus one UPDATE, in one transaction per
         batch, by one psql client into a scratch copy of device_tokens. Returns the seconds psql took."""
         batches = []
