@@ -44,12 +44,26 @@ public final class KafkaProducer: Sendable {
     ///   found in the delivery report),
     ///   `unknownTopicOrPartition`, `shutdown` after `shutdown()`, `fatal` when recovery is disabled.
     public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws -> KafkaDeliveryReport {
-        do {
-            let (partition, offset) = try await core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers))
-            return KafkaDeliveryReport(topic: topic, partition: partition, offset: offset)
-        } catch let error as KafkaError where error.code == .unknownTopic || error.code == .unknownTopicOrPartition {
-            // librdkafka's report says "Unknown topic" without its name: name it for the operator.
-            throw KafkaError(code: error.code, message: "topic \"\(topic)\" does not exist (\(error.message))", cause: error)
+        try await withCheckedThrowingContinuation { continuation in
+            send(topic: topic, key: key, value: value, headers: headers) { continuation.resume(with: $0) }
+        }
+    }
+
+    /// Sends one record without waiting: `onAcknowledged` is called once with the broker's
+    /// acknowledgement or the error that ends the record (the same errors as
+    /// `send(topic:key:value:headers:)`). It runs on the producer's poll thread (or on the caller's,
+    /// for a failure found at once) and must not block; no task is created per record.
+    public func send(topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [],
+                     onAcknowledged: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
+        core.send(OutgoingRecord(topic: topic, key: key, value: value, headers: headers)) { result in
+            switch result {
+            case .success(let (partition, offset)):
+                onAcknowledged(.success(KafkaDeliveryReport(topic: topic, partition: partition, offset: offset)))
+            case .failure(let error) where error.code == .unknownTopic || error.code == .unknownTopicOrPartition:
+                onAcknowledged(.failure(KafkaError(code: error.code, message: "topic \"\(topic)\" does not exist (\(error.message))", cause: error)))
+            case .failure(let error):
+                onAcknowledged(.failure(error))
+            }
         }
     }
 
@@ -104,9 +118,13 @@ public final class KafkaProducer: Sendable {
 /// The producer's state and poll thread. All mutable state lives in `state`; continuations are resumed
 /// after the lock is released.
 final class ProducerCore: Sendable {
+    /// Called once with a record's fate: the broker's acknowledgement or the error that ends it.
+    typealias Completion = @Sendable (Result<(KafkaPartition, KafkaOffset), KafkaError>) -> Void
+
     fileprivate struct Pending {
         var record: OutgoingRecord
-        var continuation: CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>
+        /// Called on the poll thread (or the sender's, for an immediate failure), outside the lock.
+        var completion: Completion
         /// The generation of the producer instance it was last enqueued on; `nil` while in the backlog.
         var generation: Int?
     }
@@ -187,41 +205,41 @@ final class ProducerCore: Sendable {
 
     // MARK: Sending
 
-    func send(_ record: OutgoingRecord) async throws -> (KafkaPartition, KafkaOffset) {
-        try await withCheckedThrowingContinuation { continuation in
-            let failure: KafkaError? = state.withLock { s in
-                if s.stopping { return KafkaError(code: .shutdown, message: "producer is shut down") }
-                if let error = s.failedPermanently { return error }
-                let id = s.nextID
-                s.nextID += 1
-                s.pending[id] = Pending(record: record, continuation: continuation, generation: nil)
-                guard s.backlog.isEmpty, s.fatal == nil, let client = s.client else {
-                    s.backlog.append(id)
-                    return nil
-                }
-                guard let error = client.produce(id: id, record) else {
-                    s.pending[id]!.generation = client.generation
-                    return nil
-                }
-                switch error.code {
-                case .queueFull:
-                    s.backlog.append(id)
-                case .fatal:
-                    s.fatal = s.fatal ?? error
-                    s.backlog.append(id)
-                default:
-                    s.pending[id] = nil
-                    return error
-                }
+    /// Enqueues `record`; `completion` is called once, when Kafka acknowledged it or it failed. It runs
+    /// on the poll thread (or on the caller's, for a failure found at once) and must not block.
+    func send(_ record: OutgoingRecord, completion: @escaping Completion) {
+        let failure: KafkaError? = state.withLock { s in
+            if s.stopping { return KafkaError(code: .shutdown, message: "producer is shut down") }
+            if let error = s.failedPermanently { return error }
+            let id = s.nextID
+            s.nextID += 1
+            s.pending[id] = Pending(record: record, completion: completion, generation: nil)
+            guard s.backlog.isEmpty, s.fatal == nil, let client = s.client else {
+                s.backlog.append(id)
                 return nil
             }
-            if let failure { continuation.resume(throwing: failure) }
+            guard let error = client.produce(id: id, record) else {
+                s.pending[id]!.generation = client.generation
+                return nil
+            }
+            switch error.code {
+            case .queueFull:
+                s.backlog.append(id)
+            case .fatal:
+                s.fatal = s.fatal ?? error
+                s.backlog.append(id)
+            default:
+                s.pending[id] = nil
+                return error
+            }
+            return nil
         }
+        if let failure { completion(.failure(failure)) }
     }
 
     /// Delivery report callback (poll thread).
     private func delivered(generation: Int, id: UInt64, result: Result<(KafkaPartition, KafkaOffset), KafkaError>) {
-        let (resolved, waiters) = state.withLock { s -> ((Pending, Result<(KafkaPartition, KafkaOffset), any Error>)?, [CheckedContinuation<Bool, Never>]) in
+        let (resolved, waiters) = state.withLock { s -> ((Pending, Result<(KafkaPartition, KafkaOffset), KafkaError>)?, [CheckedContinuation<Bool, Never>]) in
             guard let pending = s.pending[id] else { return (nil, []) }  // already acknowledged: a re-sent duplicate
             switch result {
             case .success(let position):
@@ -238,7 +256,7 @@ final class ProducerCore: Sendable {
                 return ((pending, .failure(error)), s.takeFlushWaitersIfIdle())
             }
         }
-        if let (pending, result) = resolved { pending.continuation.resume(with: result) }
+        if let (pending, result) = resolved { pending.completion(result) }
         waiters.forEach { $0.resume(returning: true) }
     }
 
@@ -288,7 +306,7 @@ final class ProducerCore: Sendable {
             let client = s.client
             s.client = nil
             s.stopped = true
-            let leftovers = s.pending.values.map(\.continuation)
+            let leftovers = s.pending.values.map(\.completion)
             s.pending.removeAll()
             s.backlog.removeAll()
             let flushWaiters = Array(s.flushWaiters.values)
@@ -298,16 +316,16 @@ final class ProducerCore: Sendable {
             return (client, leftovers, flushWaiters, stopWaiters)
         }
         _ = consume client
-        leftovers.forEach { $0.resume(throwing: KafkaError(code: .shutdown, message: "producer shut down before acknowledgement")) }
+        leftovers.forEach { $0(.failure(KafkaError(code: .shutdown, message: "producer shut down before acknowledgement"))) }
         flushWaiters.forEach { $0.resume(returning: false) }
         stopWaiters.forEach { $0.resume() }
     }
 
     /// Enqueues backlog records in order until the local queue is full again.
     private func drainBacklog() {
-        let failures = state.withLock { s -> [(CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>, KafkaError)] in
+        let failures = state.withLock { s -> [(Completion, KafkaError)] in
             guard let client = s.client, s.fatal == nil else { return [] }
-            var failures: [(CheckedContinuation<(KafkaPartition, KafkaOffset), any Error>, KafkaError)] = []
+            var failures: [(Completion, KafkaError)] = []
             var index = 0
             loop: while index < s.backlog.count {
                 let id = s.backlog[index]
@@ -324,7 +342,7 @@ final class ProducerCore: Sendable {
                         break loop
                     default:
                         s.pending[id] = nil
-                        failures.append((pending.continuation, error))
+                        failures.append((pending.completion, error))
                     }
                 } else {
                     s.pending[id]!.generation = client.generation
@@ -334,7 +352,7 @@ final class ProducerCore: Sendable {
             s.backlog.removeFirst(index)
             return failures
         }
-        for (continuation, error) in failures { continuation.resume(throwing: error) }
+        for (completion, error) in failures { completion(.failure(error)) }
     }
 
     /// Replaces the failed instance and re-sends every unacknowledged record, or fails them all when
@@ -348,12 +366,12 @@ final class ProducerCore: Sendable {
             let (failed, waiters) = state.withLock { s in
                 s.failedPermanently = detail
                 s.fatal = nil
-                let failed = s.pending.values.map(\.continuation)
+                let failed = s.pending.values.map(\.completion)
                 s.pending.removeAll()
                 s.backlog.removeAll()
                 return (failed, s.takeFlushWaitersIfIdle())
             }
-            failed.forEach { $0.resume(throwing: detail) }
+            failed.forEach { $0(.failure(detail)) }
             waiters.forEach { $0.resume(returning: true) }
             logger.error("producer failed fatally; recovery disabled", ["error": detail.message])
             state.withLock { $0.stopping = true }

@@ -1,11 +1,10 @@
-import ServiceCore
 import Synchronization
 
 /// The Kafka acknowledgements one request (or page, or re-drive) still waits for. Feedback records
-/// are produced without awaiting each acknowledgement in turn: each publication runs as a child task
-/// of the processor's `PublicationRunner`, so it goes on when the handling that started it is
-/// cancelled (a record already queued in the producer still goes out). The request is finished only
-/// when every one arrived (`waitForAll`), and fails with the first error.
+/// are produced without awaiting each acknowledgement in turn, and without a task per record: the
+/// producer calls back when Kafka acknowledged a record (or it failed), so a record already queued goes
+/// out and is counted even when the handling that started it is cancelled. The request is finished
+/// only when every one arrived (`waitForAll`), and fails with the first error.
 final class Acknowledgements: Sendable {
     private struct State {
         var pending = 0
@@ -14,22 +13,15 @@ final class Acknowledgements: Sendable {
     }
 
     private let state = Mutex(State())
-    private let runner: PublicationRunner
 
-    /// - Parameter runner: where the publications run (the processor's).
-    init(_ runner: PublicationRunner) { self.runner = runner }
+    init() {}
 
-    /// Starts `publish` (a produce that resolves on Kafka's acknowledgement) without waiting for it.
-    /// When the runner stopped already, the publication fails (`PublicationRunner.Stopped`): the
-    /// request is not finished and is handled again.
-    func start(_ publish: @escaping @Sendable () async throws -> Void) {
+    /// Starts one publication without waiting for it: `publish` produces a record and calls the
+    /// closure it is given exactly once, with nil on Kafka's acknowledgement or with the error that
+    /// ended the record.
+    func start(_ publish: (_ acknowledged: @escaping @Sendable ((any Error)?) -> Void) -> Void) {
         state.withLock { $0.pending += 1 }
-        let submitted = runner.submit { [self] in
-            var failure: (any Error)?
-            do { try await publish() } catch { failure = error }
-            ended(failure)
-        }
-        if !submitted { ended(PublicationRunner.Stopped()) }
+        publish { [self] failure in ended(failure) }
     }
 
     private func ended(_ failure: (any Error)?) {
@@ -46,7 +38,7 @@ final class Acknowledgements: Sendable {
     }
 
     /// Returns once every started publication was acknowledged.
-    /// - Throws: the first publication's error (`KafkaError`, `PublicationRunner.Stopped`);
+    /// - Throws: the first publication's error (`KafkaError`);
     ///   `CancellationError` when the calling task is cancelled first (the publications go on; the
     ///   request is not finished).
     func waitForAll() async throws {
@@ -68,47 +60,6 @@ final class Acknowledgements: Sendable {
                 defer { state.waiter = nil }
                 return state.waiter
             }?.resume(throwing: CancellationError())
-        }
-    }
-}
-
-/// Runs the feedback publications of a `SendRequestProcessor` (`Acknowledgements.start`) as child
-/// tasks of one task group: a `Service` among the processor's `batchers`, so it runs while the
-/// processor is used and stops after everything that publishes through it. Graceful shutdown takes
-/// no new publication and lets those started finish (their acknowledgements are awaited by their
-/// requests); cancellation cancels them.
-final class PublicationRunner: Service, Sendable {
-    /// A publication submitted after the runner stopped.
-    struct Stopped: Error, CustomStringConvertible {
-        var description: String { "the feedback publication runner has stopped" }
-    }
-
-    typealias Job = @Sendable () async -> Void
-    private let jobs: AsyncStream<Job>
-    private let continuation: AsyncStream<Job>.Continuation
-
-    init() { (jobs, continuation) = AsyncStream.makeStream(of: Job.self) }
-
-    /// Queues `job` (unbounded: each is one produced record the caller already accounted for).
-    /// - Returns: false when the runner has stopped (the job does not run).
-    func submit(_ job: @escaping Job) -> Bool {
-        if case .terminated = continuation.yield(job) { return false }
-        return true
-    }
-
-    /// Runs every submitted publication until `shutdown` triggers, then those already submitted, and
-    /// returns when all have ended.
-    func run(shutdown: GracefulShutdown) async throws {
-        await withDiscardingTaskGroup { group in
-            group.addTask { [continuation] in
-                await shutdown.wait()
-                continuation.finish()
-            }
-            // Ends when the shutdown watcher finished the stream (the jobs started run to their end)
-            // or when the task is cancelled (the group's children are cancelled with it).
-            for await job in jobs {
-                group.addTask { await job() }
-            }
         }
     }
 }

@@ -77,9 +77,25 @@ public final class FeedbackPublisher: Sendable {
     ///   `traceparent` header (docs/observability.md "Trace context"); empty: no header.
     /// - Throws: `KafkaError` when Kafka did not acknowledge it.
     public func publish(serialized: [UInt8], key: String, traceParent: String = "") async throws {
+        _ = try await producer.send(topic: topics.feedback, key: Array(key.utf8), value: serialized, headers: headers(traceParent))
+    }
+
+    /// Publishes serialized feedback without waiting: `onAcknowledged` is called once, with nil when
+    /// Kafka acknowledged the record or with the `KafkaError` that ended it, on the producer's poll
+    /// thread (it must not block). No task is created per record.
+    public func publish(serialized: [UInt8], key: String, traceParent: String, onAcknowledged: @escaping @Sendable ((any Error)?) -> Void) {
+        producer.send(topic: topics.feedback, key: Array(key.utf8), value: serialized, headers: headers(traceParent)) { result in
+            switch result {
+            case .success: onAcknowledged(nil)
+            case .failure(let error): onAcknowledged(error)
+            }
+        }
+    }
+
+    private func headers(_ traceParent: String) -> [KafkaHeader] {
         var headers = [KafkaHeader(name: "content-type", value: Self.feedbackContentType)]
         if !traceParent.isEmpty { headers.append(KafkaHeader(name: TraceParent.headerName, value: Array(traceParent.utf8))) }
-        _ = try await producer.send(topic: topics.feedback, key: Array(key.utf8), value: serialized, headers: headers)
+        return headers
     }
 
     /// Publishes a feedback event keyed by `key`, with its `trace_parent` as the `traceparent` header.

@@ -59,7 +59,7 @@ extension SendRequestProcessor {
                 InFlightBudgetPolicy(budget: lane, budgetsSettlements: false),
                 AppRateLimitPolicy(limiter: limiter),
             ]),
-            acks: Acknowledgements(publications),
+            acks: Acknowledgements(),
             recorded: recorded, shouldStop: shouldStop, turn: turn)
         let result = try await deliver(page, context)
         try await context.acks.waitForAll()

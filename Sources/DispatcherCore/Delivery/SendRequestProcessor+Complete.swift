@@ -32,17 +32,17 @@ extension SendRequestProcessor {
     func complete(_ completion: RequestCompletion, acks: Acknowledgements) async throws {
         let requestID = completion.requestID
         if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
-            acks.start { [self] in
-                try await publishCompleted(completion)
-                acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
-                do {
-                    try await completionRecorder.submit(CompletionRow(
-                        requestID: requestID, eventID: FeedbackEventID.requestCompleted(requestID: requestID), status: completion.status))
-                    acknowledged.remove(requestID: requestID)
-                } catch {
-                    // Finished all the same; only a redelivery to another process would publish again.
-                    logger.warning("recording the completion failed", ["request_id": requestID, "error": "\(error)"])
-                }
+            // Awaited here, beside the reports still in `acks`: neither the acknowledgement nor the
+            // completion row's batch is withdrawn when this handling is cancelled meanwhile.
+            try await publishCompleted(completion)
+            acknowledged.insert(requestID: requestID, token: AcknowledgedReports.requestCompleted)
+            do {
+                try await completionRecorder.submit(CompletionRow(
+                    requestID: requestID, eventID: FeedbackEventID.requestCompleted(requestID: requestID), status: completion.status))
+                acknowledged.remove(requestID: requestID)
+            } catch {
+                // Finished all the same; only a redelivery to another process would publish again.
+                logger.warning("recording the completion failed", ["request_id": requestID, "error": "\(error)"])
             }
         }
         try await acks.waitForAll()

@@ -46,7 +46,7 @@ extension SendRequestProcessor {
             guard case .settled(let settled) = result else { return }  // rescheduled
             report = settled
         }
-        let acks = Acknowledgements(publications)
+        let acks = Acknowledgements()
         let final = try await publishOutcome(report, traceParent: retry.traceParent, acks: acks)
         noteFinal(final)
         try await acks.waitForAll()

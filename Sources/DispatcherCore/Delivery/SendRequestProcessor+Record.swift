@@ -36,9 +36,11 @@ extension SendRequestProcessor {
         }
         let key = report.deviceToken
         let requestID = report.requestID
-        acks.start { [feedback, acknowledged] in
-            try await feedback.publish(serialized: publish, key: key, traceParent: traceParent)
-            acknowledged.insert(requestID: requestID, token: key)
+        acks.start { [feedback, acknowledged] ended in
+            feedback.publish(serialized: publish, key: key, traceParent: traceParent) { failure in
+                if failure == nil { acknowledged.insert(requestID: requestID, token: key) }
+                ended(failure)
+            }
         }
         return report
     }
@@ -60,9 +62,11 @@ extension SendRequestProcessor {
         guard let event = try? FeedbackEvent(protobufBytes: earlier.event), case .deliveryReport(let report)? = event.event else { return nil }
         let requestID = context.request.requestID
         if !earlier.acknowledged, !acknowledged.contains(requestID: requestID, token: token) {
-            context.acks.start { [feedback, acknowledged] in
-                try await feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent)
-                acknowledged.insert(requestID: requestID, token: token)
+            context.acks.start { [feedback, acknowledged] ended in
+                feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent) { failure in
+                    if failure == nil { acknowledged.insert(requestID: requestID, token: token) }
+                    ended(failure)
+                }
             }
         }
         return report

@@ -50,18 +50,15 @@ public final class SendRequestProcessor: Sendable {
     let completionRecorder: Batcher<CompletionRow, Void>
     /// Reports acknowledged in this process for requests not finished yet.
     let acknowledged: AcknowledgedReports
-    /// Where the feedback publications run while their requests wait for them (`Acknowledgements`).
-    let publications = PublicationRunner()
     let userTokensLoader: Batcher<[String], [String: [StoredToken]]>
     let tokensLoader: Batcher<[String], [String: StoredToken]>
     /// Cancels known to this process (the cancel check of every source's admission).
     let cancellations: CampaignCancellations
 
-    /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups)
-    /// and its feedback publications: they must run while the processor is used, and stop
-    /// (gracefully) after everything that uses it.
+    /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
+    /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
     public var batchers: [any Service] {
-        [sendLog, progressLoader, completedLoader, completionRecorder, userTokensLoader, tokensLoader, publications]
+        [sendLog, progressLoader, completedLoader, completionRecorder, userTokensLoader, tokensLoader]
     }
 
     /// - Parameter maxInFlight: notifications sent concurrently, across all requests this processor
@@ -160,7 +157,7 @@ public final class SendRequestProcessor: Sendable {
         let context = DeliveryContext(
             request: request, template: template, requestedAt: request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs,
             lane: .transactional, retryContext: retryContext,
-            admission: AdmissionChain([InFlightBudgetPolicy(budget: budget), cancel]), acks: Acknowledgements(publications),
+            admission: AdmissionChain([InFlightBudgetPolicy(budget: budget), cancel]), acks: Acknowledgements(),
             recorded: progress.recorded, parked: progress.parked, shouldStop: shouldStop)
         let result = try await deliver(batch, context)
         if result.abandoned {
