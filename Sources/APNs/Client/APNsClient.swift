@@ -241,7 +241,7 @@ public final class APNsClient: Sendable {
     public func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsResponse {
         metrics.countRequest()
         let bundleID = Self.bundleID(of: request)
-        let pool = try pool(for: request, bundleID: bundleID, environment: environment)
+        let pool = try pool(for: request, bundleID: bundleID, environment: environment, chosen: options.credentials)
         let deadline = options.retryDeadline ?? retryDeadline(for: request)
         var machine = APNsRetryStateMachine(
             policy: .init(backoff: configuration.retry.backoff, tooManyRequestsDelay: configuration.retry.tooManyRequestsDelay,
@@ -619,8 +619,9 @@ public final class APNsClient: Sendable {
 
     // MARK: Helpers
 
-    private func pool(for request: APNsRequest, bundleID: String, environment: APNsEnvironment) throws(APNsError) -> APNsConnectionPool {
-        guard let credentials = credentialsByBundleID[bundleID] ?? credentialsByBundleID[request.topic] ?? defaultCredentials else {
+    private func pool(for request: APNsRequest, bundleID: String, environment: APNsEnvironment,
+                      chosen: APNsCredentials?) throws(APNsError) -> APNsConnectionPool {
+        guard let credentials = chosen ?? credentialsByBundleID[bundleID] ?? credentialsByBundleID[request.topic] ?? defaultCredentials else {
             throw APNsError(code: .missingCredentials, message: "no APNs credentials for bundle ID \(bundleID)")
         }
         let key = PoolKey(credentials: credentials.identity, environment: environment)
