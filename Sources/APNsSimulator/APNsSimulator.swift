@@ -51,8 +51,12 @@ import ServiceCore
 /// - `POST /admin/tokens/unregistered` with `{"token","timestamp_ms"?,"reason"?:"Unregistered"|
 ///   "ExpiredToken","bundle_id"?}` → 410 for that token with `timestamp` (default: now).
 /// - `GET /admin/connections` → `{"connections":[{"environment","connection","remote","auth":"token"|
-///   "certificate","streams","trusted","max_concurrent_streams","key_id"?,"team_id"?,
-///   "certificate_subject"?,"certificate_topics"?}]}` (connections that sent a request).
+///   "certificate","streams","trusted","max_concurrent_streams","key_id"?,"team_id"?,"key_topics"?,
+///   "certificate_subject"?,"certificate_topics"?}]}` (connections that sent a request; the key and
+///   team bound by the first push, and the bundle IDs of a topic-specific key as bound then).
+/// - `PUT /admin/keys/topics` with `{"key_id","topics":["<bundle id>",…]|null}` → the key's new
+///   topic scope (null: every topic of its team). Connections that already pushed keep the scope
+///   they bound; new connections bind the new one.
 /// - `POST /admin/connections/goaway` with optional `{"environment","connection","reason","error_code"}`
 ///   → GOAWAY with `{"reason":…}` debug data (default `Shutdown`, NO_ERROR); returns the ids.
 /// - `POST /admin/connections/drop` with optional `{"environment","connection"}` → TCP close without

@@ -426,6 +426,15 @@ struct JSONReader {
         return result
     }
 
+    mutating func strings(_ key: String) throws(APNsSimulatorError) -> [String]? {
+        guard let raw = value(key) else { return nil }
+        guard case .array(let items) = raw else { throw fail(key, "an array of strings") }
+        return try items.map { item throws(APNsSimulatorError) in
+            guard case .string(let text) = item else { throw fail(key, "an array of strings") }
+            return text
+        }
+    }
+
     mutating func string(_ key: String) throws(APNsSimulatorError) -> String? {
         guard let raw = value(key) else { return nil }
         guard case .string(let result) = raw else { throw fail(key, "a string") }

@@ -13,7 +13,8 @@ public enum APNsSimulatorProgram {
 
         Serves Apple's APNs provider API (HTTP/2 over TLS) on PUSH_SIM_PRODUCTION_PORT and
         PUSH_SIM_SANDBOX_PORT, with a development-only, unauthenticated admin API on PUSH_SIM_ADMIN_PORT
-        (faults, tokens, records, clock). PUSH_SIM_KEYS: KEYID:TEAMID:/path/pub.pem[:sandbox|:production],…
+        (faults, tokens, records, clock, key topics).
+        PUSH_SIM_KEYS: KEYID:TEAMID:/path/pub.pem[:sandbox|:production][:topics=ID+ID…],…
         PUSH_SIM_CLIENT_CA_FILE enables certificate authentication; PUSH_SIM_CONFIG_FILE (JSON) sets
         faults, tokens and unregistered tokens; PUSH_SIM_CLOCK_OFFSET_MS moves its clock. The metrics
         admin port (PUSH_ADMIN_PORT) serves /metrics, /healthz and /readyz.

@@ -201,6 +201,35 @@ def key_binding():
 
 
 @scenario
+def topic_scoped_keys():
+    """A topic-specific key serves its bundle IDs only (TopicDisallowed for another); a connection keeps
+    the scope its first push bound, so a bundle ID added later needs a new connection; the admin API
+    reports each connection's key, team and bound scope."""
+    scoped = make_jwt(key="key4", kid="KEY0000004")
+    t = token()
+    warm = H2("sandbox")
+    expect_eq(warm.push(t, jwt=scoped).status, 200, "a listed bundle ID")
+    expect_eq(warm.push(t, jwt=scoped, headers=headers(topic="com.example.scoped")).status, 200, "the other listed bundle ID")
+    expect_reason(warm.push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+    expect_reason(H2("production").push(t, jwt=scoped), 403, "BadEnvironmentKeyIdInToken")
+    answer = admin("/admin/keys/topics", "PUT", {"key_id": "KEY0000004", "topics": ["com.example.app", "com.example.later"]})
+    expect_eq(answer, {"key_id": "KEY0000004", "topics": ["com.example.app", "com.example.later"]}, "admin answer")
+    expect_reason(warm.push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+    fresh = H2("sandbox")
+    expect_eq(fresh.push(t, jwt=scoped, headers=headers(topic="com.example.later")).status, 200,
+              "a new connection serves the added bundle ID")
+    expect_eq(H2("sandbox").push(t, jwt=make_jwt(), headers=headers(topic="com.example.later")).status, 200,
+              "a team-scoped key covers every topic")
+    bound = [c for c in admin("/admin/connections")["connections"] if c.get("key_id") == "KEY0000004"]
+    expect_eq(sorted(tuple(c["key_topics"]) for c in bound),
+              [("com.example.app", "com.example.later"), ("com.example.app", "com.example.scoped")], "bound scopes")
+    check(all(c["team_id"] == TEAM for c in bound), f"every connection reports its team: {bound}")
+    admin("/admin/keys/topics", "PUT", {"key_id": "NOSUCHKEY1", "topics": None}, status=400)
+    admin("/admin/reset", "POST")
+    expect_reason(H2("sandbox").push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+
+
+@scenario
 def token_registry():
     """Registered tokens: other environment → BadDeviceToken, other app → DeviceTokenNotForTopic, a
     token neither environment issued → BadDeviceToken on both; unregistered tokens → 410 with the
