@@ -97,7 +97,8 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
-            otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations)
+            otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations,
+            marksAcknowledgements: configuration.sendLogAcknowledgementMarks)
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
@@ -199,6 +200,7 @@ public final class Dispatcher: Sendable {
         logger.info("dispatcher ready", [
             "group": configuration.consumerGroup, "instance": configuration.instanceID,
             "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+            "unflushed_ack_marks": "\(window.unflushedMarks)",
             "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
         ])
         await withTaskGroup(of: Void.self) { rebalancing in
