@@ -121,6 +121,9 @@ extension APNsSimulator {
         public var invalidations: [TokenInvalidation] = []
         /// How many received requests the admin API keeps, oldest dropped first. Default 10,000.
         public var recordLimit: Int = 10_000
+        /// Broadcast channels one app may have per environment (Apple: 10,000; `PUSH_SIM_CHANNEL_LIMIT`).
+        /// Past it, creating one gets 400 `CannotCreateChannelConfig`.
+        public var channelLimit: Int = 10_000
         /// SETTINGS_MAX_CONCURRENT_STREAMS of a new connection, until it is trusted. Default 1, as
         /// APNs does with token auth (docs/apns-protocol.md §6).
         public var initialMaxConcurrentStreams: UInt32 = 1

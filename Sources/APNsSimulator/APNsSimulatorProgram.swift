@@ -47,6 +47,7 @@ public enum APNsSimulatorProgram {
             try env.fail("PUSH_SIM_CLIENT_CA_FILE", "cannot read \(caFile)")
         }
         configuration.recordLimit = try env.int("PUSH_SIM_RECORD_LIMIT", default: 10_000, in: 1...Int.max)
+        configuration.channelLimit = try env.int("PUSH_SIM_CHANNEL_LIMIT", default: configuration.channelLimit, in: 1...10_000_000)
         configuration.eventLoopCount = try env.int("PUSH_SIM_EVENT_LOOPS", default: configuration.eventLoopCount, in: 1...Int.max)
         configuration.initialMaxConcurrentStreams = UInt32(
             clamping: try env.int("PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS", default: 1, in: 1...Int.max))

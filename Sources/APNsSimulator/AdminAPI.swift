@@ -69,6 +69,22 @@ struct AdminAPI: Sendable {
                 try reader.finish()
                 try state.setTopics(topics, forKey: keyID)
                 return ok(["key_id": .string(keyID), "topics": topics.map(JSONValue.strings) ?? .null])
+            case ("GET", "/admin/channels"):
+                return ok(["channels": state.channelsJSON()])
+            case ("PUT", "/admin/channels/subscribers"):
+                var reader = JSONReader(try body(request), path: "body")
+                guard let channelID = try reader.string("channel_id") else { return error(400, "body.channel_id: required") }
+                guard let count = try reader.int("subscribers", range: 0...Int.max) else { return error(400, "body.subscribers: required") }
+                try reader.finish()
+                try state.setSubscribers(count, channelID: channelID)
+                return ok(["channel_id": .string(channelID), "subscribers": .integer(count)])
+            case ("PUT", "/admin/broadcast"):
+                var reader = JSONReader(try body(request), path: "body")
+                guard let bundleID = try reader.string("bundle_id") else { return error(400, "body.bundle_id: required") }
+                guard let enabled = try reader.bool("enabled") else { return error(400, "body.enabled: required") }
+                try reader.finish()
+                state.setBroadcastEnabled(enabled, bundleID: bundleID)
+                return ok(["bundle_id": .string(bundleID), "enabled": .bool(enabled)])
             case ("GET", "/admin/connections"):
                 return ok(["connections": .array(state.connectionStates().map(describe))])
             case ("POST", "/admin/connections/goaway"):

@@ -43,6 +43,8 @@ final class SimulatorState: Sendable {
         var newConnectionsSincePurge = 0
         /// The bundle IDs of topic-specific keys, by Key ID (changed through the admin API).
         var keyTopics: [String: Set<String>] = [:]
+        /// Broadcast channels (channel-management and broadcast API).
+        var channels: SimulatorChannels
 
         var faults: APNsSimulatorFaults { box.faults }
 
@@ -55,6 +57,8 @@ final class SimulatorState: Sendable {
     let keys: [String: TrustedKeyInfo]
     /// The topic scopes at start (restored by `reset`).
     let startKeyTopics: [String: Set<String>]
+    /// Channels one app may have per environment (restored by `reset` with the channels emptied).
+    let channelLimit: Int
     /// True once any key has had a topic scope: only then does a push look at its connection's scope.
     let topicScopesInUse: Atomic<Bool>
     let clock: any WallClock
@@ -85,6 +89,7 @@ final class SimulatorState: Sendable {
         verifier = APNsJWTVerifier(publicKeysByKeyID: publicKeys)
         self.keys = keys
         startKeyTopics = keyTopics
+        channelLimit = configuration.channelLimit
         topicScopesInUse = Atomic(!keyTopics.isEmpty)
         clock = configuration.clock
         initialMaxConcurrentStreams = configuration.initialMaxConcurrentStreams
@@ -92,7 +97,7 @@ final class SimulatorState: Sendable {
         startRegistrations = configuration.registrations
         startInvalidations = configuration.invalidations
         recorder = Recorder(limit: configuration.recordLimit)
-        var initial = Shared(box: FaultsBox(configuration.faults))
+        var initial = Shared(box: FaultsBox(configuration.faults), channels: SimulatorChannels(limit: configuration.channelLimit))
         initial.keyTopics = keyTopics
         initial.updateRegistryInUse()  // a token rate limit set at start applies from the first push
         shared = Mutex(initial)
@@ -150,6 +155,7 @@ final class SimulatorState: Sendable {
             shared.invalidations.removeAll()
             shared.rateWindows.removeAll()
             shared.keyTopics = startKeyTopics
+            shared.channels = SimulatorChannels(limit: channelLimit)
             shared.updateRegistryInUse()
         }
         for registration in startRegistrations { try? register(registration) }
@@ -188,7 +194,7 @@ final class SimulatorState: Sendable {
     // MARK: Device push
 
     /// Parsed `apns-*` and `authorization` fields of one request.
-    private struct Fields {
+    struct Fields {
         var authorization: String?
         var topic: String?
         var pushType: String?
@@ -196,6 +202,9 @@ final class SimulatorState: Sendable {
         var expiration: String?
         var apnsID: String?
         var collapseID: String?
+        /// Channel and broadcast API: `apns-channel-id`, `apns-request-id`.
+        var channelID: String?
+        var requestID: String?
         var duplicate = false
 
         init(_ headers: [HTTP2Header]) {
@@ -211,6 +220,8 @@ final class SimulatorState: Sendable {
                 case "apns-expiration": set(&expiration, header.value)
                 case "apns-id": set(&apnsID, header.value)
                 case "apns-collapse-id": set(&collapseID, header.value)
+                case "apns-channel-id": set(&channelID, header.value)
+                case "apns-request-id": set(&requestID, header.value)
                 default:
                     // Another header: repeated when an earlier one has its name (a handful of headers,
                     // so a scan beats allocating a set per request).
@@ -300,6 +311,17 @@ final class SimulatorState: Sendable {
         }
 
         let fields = Fields(request.headers)
+        if SimulatorChannels.handles(request.path) {
+            let (response, counter) = answerChannelRequest(
+                request, fields, connection, environment: environment, now: now, box: box, seed: apnsIDSeed, record: &record)
+            recorder.append(record, counter: counter)
+            if delay > 0 {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { responder.respond(response) }
+            } else {
+                responder.respond(response)
+            }
+            return
+        }
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)
         if verdict.status == 200, !box.injectedShares.isEmpty {
             let draw = connection.fields.withLock { $0.rng.unit() }
@@ -484,7 +506,7 @@ final class SimulatorState: Sendable {
     /// connection's JWT unless the current one was installed less than 20 minutes ago and has not
     /// expired (429 `TooManyProviderTokenUpdates`). The first accepted JWT binds its Key ID to the
     /// connection (`UnrelatedKeyIdInToken` for another).
-    private func checkProviderToken(
+    func checkProviderToken(
         _ authorization: String?, _ connection: ConnectionState, environment: APNsEnvironment, now: Int64,
         expiredThroughIat: Int64? = nil
     ) -> APNsReason? {
