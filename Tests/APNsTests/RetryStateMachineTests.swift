@@ -27,7 +27,7 @@ import Testing
             case .expiredProviderToken:
                 expected = .retry(after: .zero, reason: nil, change: .retireAndRenewProviderToken)
             case .tooManyProviderTokenUpdates:
-                expected = .retry(after: .seconds(5), reason: .providerToken, change: .none)
+                expected = .retry(after: .seconds(5), reason: .providerToken, change: .restorePreviousProviderToken)
             case .tooManyRequests:
                 expected = .retry(after: .seconds(1), reason: .tooManyRequests, change: .none)
             case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,

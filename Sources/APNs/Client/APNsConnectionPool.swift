@@ -21,10 +21,8 @@ final class PooledConnection: @unchecked Sendable {
     var trusted: Bool
     /// No new streams: GOAWAY received, closed or retired.
     var retired = false
-    /// The JWT this connection sends and when it started sending it (seconds since the epoch, on
-    /// the token cache's clock).
-    var jwt: APNsJWT?
-    var jwtInstalledAt: Int64 = 0
+    /// The JWT this connection sends and the rules for changing it (times on the token cache's clock).
+    var providerToken = APNsConnectionProviderToken()
     /// `bearer <jwt>`, built once per JWT.
     var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
@@ -293,7 +291,7 @@ final class APNsConnectionPool: Sendable {
     /// Retires every connection that sends `jwt` (APNs refused it as expired): the retry goes out on
     /// a new connection with the renewed token.
     func retireConnections(using jwt: APNsJWT) {
-        let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.jwt == jwt && !$0.retired } }
+        let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.providerToken.current == jwt && !$0.retired } }
         for connection in using { retire(connection, cause: "expired_provider_token", because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
     }
 
@@ -375,40 +373,55 @@ final class APNsConnectionPool: Sendable {
 
     // MARK: Provider tokens per connection
 
-    /// Age at which a connection moves to the shared JWT's successor (once it held its JWT for 20 min).
-    static let switchAge: Int64 = 45 * 60
-    /// A connection takes only a JWT at most this old, so that it can keep it for the 20 minutes
-    /// Apple requires between changes and still switch before the 60-minute limit.
-    static let maximumInstallAge: Duration = .seconds(30 * 60)
-    /// A JWT this old is never sent (APNs refuses at 60 minutes).
-    static let unusableAge: Int64 = 57 * 60
-
-    /// What to send as `authorization` on `connection` now, following Apple's rules per connection: one JWT per
-    /// (team, key) shared by all connections; never a change within 20 minutes of the previous one
-    /// on the same connection; never one older than ``unusableAge``. Returns `.retireConnection` when the
-    /// connection must be retired because no JWT satisfies both rules (only after a clock jump).
+    /// What to send as `authorization` on `connection` now: ``APNsConnectionProviderToken``'s decision,
+    /// performed (the shared JWT taken from the credentials' cache when the connection needs one).
+    /// Returns `.retireConnection` when no JWT satisfies Apple's rules on this connection (only after
+    /// a clock jump).
     /// - Throws: `APNsError` `.signingFailed`.
     func providerToken(for connection: PooledConnection) throws(APNsError) -> ProviderTokenChoice {
         guard let cache = credentials.providerTokens else { return .certificate }
         let now = cache.nowSeconds
         return try state.withLock { _ throws(APNsError) -> ProviderTokenChoice in
-            let minimum = APNsProviderTokenCache.minimumRefreshInterval.components.seconds
-            if let current = connection.jwt {
-                let age = current.age(atSeconds: now)
-                let held = now - connection.jwtInstalledAt
-                if age < Self.switchAge && age >= -300 { return .send(current, authorization: connection.authorization) }
-                guard held >= minimum else {
-                    return age < Self.unusableAge ? .send(current, authorization: connection.authorization) : .retireConnection
+            switch connection.providerToken.decide(now: now) {
+            case .keep(let jwt):
+                return .send(jwt, authorization: connection.authorization)
+            case .retireConnection:
+                return .retireConnection
+            case .takeShared(let maximumAge):
+                let fresh = try cache.currentToken(maximumAge: maximumAge)
+                if connection.providerToken.current != fresh || connection.authorization.isEmpty {
+                    if connection.providerToken.install(fresh, now: now) { metrics.increment("provider_token_changes") }
+                    connection.authorization = "bearer " + fresh.token
                 }
+                return .send(fresh, authorization: connection.authorization)
             }
-            let fresh = try cache.currentToken(maximumAge: Self.maximumInstallAge)
-            if fresh != connection.jwt {
-                if connection.jwt != nil { metrics.increment("provider_token_changes") }
-                connection.jwt = fresh
-                connection.jwtInstalledAt = now
-                connection.authorization = "bearer " + fresh.token
-            }
-            return .send(fresh, authorization: connection.authorization)
+        }
+    }
+
+    /// After 429 `TooManyProviderTokenUpdates` to `rejected` on `connection`: the connection sends its
+    /// previous JWT again while it is valid (``APNsConnectionProviderToken/refusedChange(to:now:)``),
+    /// or is retired when there is none to go back to.
+    func restorePreviousProviderToken(on connection: PooledConnection, rejected: APNsJWT) {
+        guard let cache = credentials.providerTokens else { return }
+        let now = cache.nowSeconds
+        let restored = state.withLock { _ -> APNsJWT?? in
+            guard connection.providerToken.current == rejected else { return .some(nil) }  // gone back already
+            guard connection.providerToken.refusedChange(to: rejected, now: now), let current = connection.providerToken.current
+            else { return .none }
+            connection.authorization = "bearer " + current.token
+            return .some(current)
+        }
+        switch restored {
+        case .none:
+            retire(connection, cause: "provider_token_update_refused",
+                   because: "APNs refused its JWT change (TooManyProviderTokenUpdates) and its previous JWT is no longer valid")
+        case .some(let previous?):
+            metrics.increment("provider_token_restores")
+            logger.warning("APNs refused a JWT change on a connection (TooManyProviderTokenUpdates): it sends its previous JWT until that expires", [
+                "connection": "\(connection.id)", "restored_iat": "\(previous.issuedAt)", "refused_iat": "\(rejected.issuedAt)",
+            ])
+        case .some(nil):
+            break
         }
     }
 

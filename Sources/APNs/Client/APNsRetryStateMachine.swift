@@ -70,6 +70,9 @@ public struct APNsRetryStateMachine: Sendable {
         case retire
         /// Retire the connection and start a new one with a freshly minted JWT replacing the refused one.
         case retireAndRenewProviderToken
+        /// APNs refused the connection's change of JWT: it goes back to the JWT it sent before while
+        /// that is valid, else it is retired (``APNsConnectionProviderToken/refusedChange(to:now:)``).
+        case restorePreviousProviderToken
     }
 
     /// Why the machine stopped without success.
@@ -175,7 +178,7 @@ public struct APNsRetryStateMachine: Sendable {
             renewedProviderToken = true
             return retry(after: .zero, reason: nil, change: .retireAndRenewProviderToken, event, now: now)
         case .retryAfterDelayKeepingJWT:
-            return retry(after: policy.providerTokenUpdateDelay, reason: .providerToken, change: .none, event, now: now)
+            return retry(after: policy.providerTokenUpdateDelay, reason: .providerToken, change: .restorePreviousProviderToken, event, now: now)
         case .backOffDeviceToken:
             tooManyRequestsStrikes += 1
             let exponent = min(tooManyRequestsStrikes - 1, 20)
@@ -215,11 +218,11 @@ extension APNsReason {
     /// Apple's reasons that blame the provider's credentials (token or certificate), never the device
     /// (docs/apns-protocol.md §3, §4): 403 `InvalidProviderToken`, `ExpiredProviderToken`,
     /// `MissingProviderToken`, `BadCertificate`, `BadCertificateEnvironment`, `UnrelatedKeyIdInToken`,
-    /// `BadEnvironmentKeyIdInToken` and 429 `TooManyProviderTokenUpdates`.
+    /// `BadEnvironmentKeyIdInToken` (either spelling) and 429 `TooManyProviderTokenUpdates`.
     public var isProviderTokenFault: Bool {
         switch self {
         case .invalidProviderToken, .expiredProviderToken, .missingProviderToken, .tooManyProviderTokenUpdates,
-             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
             true
         default:
             false
