@@ -15,8 +15,8 @@ extension APNsClient {
         metrics.countRequest()
         let bundleID = Self.bundleID(of: request)
         let credentials = try credentialChoice.credentials(chosen: options.credentials, bundleID: bundleID, topic: request.topic)
-        let pool = pool(for: credentials, environment: environment)
         var send = SendState(request: request, bundleID: bundleID, options: options, machine: retryMachine(for: request, options: options))
+        var pool = startingPool(credentials, environment: environment, &send)
         defer { if send.holdsGateTurn { gates.finish(send.token, holdsTurn: true, outcome: .other) } }
         while true {
             // The device token's gate: closed after its 429 TooManyRequests or timed-out stream, its
@@ -45,6 +45,10 @@ extension APNsClient {
             guard let attempt = try await attempt(&send, pool: pool, isTrial: isTrial) else { continue }
             let isTokenFailure = observe(attempt, &send, pool: pool)
             let action = send.machine.handle(attempt.event, nowMilliseconds: configuration.clock.nowMilliseconds())
+            if let fallback = fallBack(after: attempt, action, &send, pool: pool) {
+                pool = fallback
+                continue
+            }
             if let response = try await perform(action, attempt, isTokenFailure: isTokenFailure, send, pool: pool) { return response }
         }
     }
@@ -67,6 +71,8 @@ extension APNsClient {
         var hadTokenFailure = false
         /// Whether the retry deadline passed while the token's gate held it.
         var heldByGate = false
+        /// Whether the send went to ``APNsSendOptions/fallbackCredentials`` (key rotation).
+        var onFallback = false
 
         init(request: APNsRequest, bundleID: String, options: APNsSendOptions, machine: APNsRetryStateMachine) {
             self.request = request
@@ -108,6 +114,55 @@ extension APNsClient {
             policy: .init(backoff: retry.backoff, tooManyRequestsDelay: retry.tooManyRequestsDelay,
                           providerTokenUpdateDelay: retry.providerTokenUpdateDelay, maxUnprocessedResends: retry.maxUnprocessedResends),
             deadlineMilliseconds: Int64((deadline.timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    // MARK: Key rotation
+
+    /// The pool the send starts on: the fallback key's when `credentials` (a key being rotated in) were
+    /// refused for this bundle ID and their retry time has not come (``APNsKeyFallbacks``).
+    private func startingPool(_ credentials: APNsCredentials, environment: APNsEnvironment, _ send: inout SendState) -> APNsConnectionPool {
+        if let fallback = send.options.fallbackCredentials, keyFallbacks.withLock({
+            !$0.isEmpty && $0.sendsToFallback(key: credentials.identity, bundleID: send.bundleID, now: configuration.clock.nowMilliseconds())
+        }) {
+            send.onFallback = true
+            metrics.keyFallbacks.increment(labels: [credentials.keyID])
+            return pool(for: fallback, environment: environment)
+        }
+        return pool(for: credentials, environment: environment)
+    }
+
+    /// On a key with a fallback: an answer that blames the key (``APNsKeyFallbacks/fallsBack(status:reason:)``)
+    /// where retrying stops moves the send to the fallback key's pool, returned; no final failure, no
+    /// device token touched. Any other answer tells that the key serves (a remembered refusal ends).
+    private func fallBack(
+        after attempt: Attempt, _ action: APNsRetryStateMachine.Action, _ send: inout SendState, pool: APNsConnectionPool
+    ) -> APNsConnectionPool? {
+        guard let fallback = send.options.fallbackCredentials, !send.onFallback, let answered = attempt.answered else { return nil }
+        let key = pool.credentials
+        let response = answered.response
+        guard case .stop = action, let reason = response.reason, APNsKeyFallbacks.fallsBack(status: response.status, reason: reason) else {
+            if let ended = keyFallbacks.withLock({ $0.isEmpty ? nil : $0.accept(key: key.identity, bundleID: send.bundleID) }) {
+                logger.info("APNs accepts the key being rotated in again", [
+                    "key_id": ended.keyID, "team_id": ended.teamID, "bundle_id": ended.bundleID, "refusals": "\(ended.refusals)",
+                ])
+            }
+            return nil
+        }
+        let now = configuration.clock.nowMilliseconds()
+        let refusal = keyFallbacks.withLock {
+            $0.refuse(key: key.identity, keyID: key.keyID, teamID: key.teamID, bundleID: send.bundleID, fallbackKeyID: fallback.keyID,
+                      reason: reason, now: now)
+        }
+        metrics.keyFallbacks.increment(labels: [key.keyID])
+        if reason.isProviderTokenFault { providerTokenFault(reason, response: response, jwt: answered.jwt, pool: pool) }
+        if let refusal {
+            logger.error("APNs refused the key being rotated in: this bundle ID's sends go to the key before it until the retry", [
+                "key_id": refusal.keyID, "team_id": refusal.teamID, "bundle_id": refusal.bundleID, "fallback_key_id": refusal.fallbackKeyID,
+                "reason": reason.rawValue, "status": "\(response.status)", "retry_in_ms": "\(refusal.retryAt - now)",
+            ])
+        }
+        send.onFallback = true
+        return self.pool(for: fallback, environment: pool.environment)
     }
 
     // MARK: Device gate

@@ -158,6 +158,10 @@ public final class APNsClient: Sendable {
         /// Warn (log and metric `certificates_expiring`) when a provider certificate expires within
         /// this. Default 30 days.
         public var certificateExpiryWarning: Duration = .seconds(30 * 86_400)
+        /// After a key being rotated in was refused for a bundle ID (``APNsKeyFallbacks``), how long
+        /// that bundle ID's sends go straight to the fallback key before the new key is tried again.
+        /// Default 60 s.
+        public var keyRetryDelay: Duration = .seconds(60)
         /// Wall clock for expirations and certificate checks.
         public var clock: any WallClock = SystemWallClock()
 
@@ -178,6 +182,8 @@ public final class APNsClient: Sendable {
     private let pools = Mutex<[PoolKey: APNsConnectionPool]>([:])
     let gates: APNsDeviceGateKeeper
     let logger: Logger
+    /// Keys being rotated in that APNs refused, per bundle ID (docs/apns-client.md "Key rotation").
+    let keyFallbacks: Mutex<APNsKeyFallbacks>
     /// Counters for dashboards and alerts (the registry's `push_apns_*` families and a snapshot).
     public let metrics: APNsClientMetrics
 
@@ -207,6 +213,7 @@ public final class APNsClient: Sendable {
         self.gates = APNsDeviceGateKeeper(policy: gatePolicy, metrics: self.metrics, now: APNsConnectionPool.monotonicMilliseconds)
         self.configuration = configuration
         self.credentialChoice = APNsCredentialChoice(byBundleID: credentials, defaultCredentials: defaultCredentials)
+        self.keyFallbacks = Mutex(APNsKeyFallbacks(retryDelay: configuration.keyRetryDelay))
         self.logger = logger
     }
 
@@ -308,6 +315,12 @@ public final class APNsClient: Sendable {
     }
 
     private let providerTokenFaultLog = Mutex(LogRateLimiter(interval: .seconds(60)))
+
+    /// The keys being rotated in that APNs refused and whose bundle IDs' sends now go to the key before
+    /// them, oldest first, with when, why and when they are tried again (readiness detail; never a key).
+    public func keysInFallback() -> [APNsKeyFallbacks.Refusal] {
+        keyFallbacks.withLock { $0.refusals }
+    }
 
     /// Closes every pool: waiting callers fail with `.shutDown`, open streams finish.
     public func shutdown() async {
