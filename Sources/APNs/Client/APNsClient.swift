@@ -158,6 +158,9 @@ public final class APNsClient: Sendable {
         /// Warn (log and metric `certificates_expiring`) when a provider certificate expires within
         /// this. Default 30 days.
         public var certificateExpiryWarning: Duration = .seconds(30 * 86_400)
+        /// A pool without a send for this long closes its connections; the next send reopens them.
+        /// Zero never closes. Default 30 minutes.
+        public var idleCloseAfter: Duration = .seconds(30 * 60)
         /// After a key being rotated in was refused for a bundle ID (``APNsKeyFallbacks``), how long
         /// that bundle ID's sends go straight to the fallback key before the new key is tried again.
         /// Default 60 s.

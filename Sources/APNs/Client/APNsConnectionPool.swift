@@ -76,6 +76,10 @@ final class APNsConnectionPool: Sendable {
         var nextConnectionID = 0
         var started = false
         var shutDown = false
+        /// Counts starts: a slot task of an earlier start (closed while idle) installs nothing.
+        var generation = 0
+        /// The last time a caller asked for a stream (the idle close's clock).
+        var lastUse: ContinuousClock.Instant = .now
 
         var waiting: Int { waiters.count }
 
@@ -438,16 +442,18 @@ final class APNsConnectionPool: Sendable {
     // MARK: Lifecycle
 
     private func startIfNeeded() {
-        let start = state.withLock { state -> Bool in
-            guard !state.started, !state.shutDown else { return false }
+        let generation = state.withLock { state -> Int? in
+            state.lastUse = .now
+            guard !state.started, !state.shutDown else { return nil }
             state.started = true
-            return true
+            state.generation += 1
+            return state.generation
         }
-        guard start else { return }
+        guard let generation else { return }
         let count = max(1, configuration.connectionsPerPool)
         var started: [Task<Void, Never>] = []
         for slot in 0..<count {
-            started.append(Task { await self.runSlot(slot) })
+            started.append(Task { await self.runSlot(slot, generation: generation) })
         }
         started.append(Task { await self.runHealthChecks() })
         tasks.withLock { $0 += started }
@@ -475,8 +481,9 @@ final class APNsConnectionPool: Sendable {
         for task in running { await task.value }
     }
 
-    /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat.
-    private func runSlot(_ slot: Int) async {
+    /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat; until the
+    /// pool shuts down or closes while idle (a later `generation` starts afresh).
+    private func runSlot(_ slot: Int, generation: Int) async {
         if slot > 0 {
             // Stagger the opens (forum 778909: "stagger connection opens by a few seconds").
             try? await Task.sleep(for: configuration.connectStagger * slot)
@@ -498,7 +505,7 @@ final class APNsConnectionPool: Sendable {
                 continue
             }
             let installed = state.withLock { state -> Bool in
-                guard !state.shutDown else { return false }
+                guard !state.shutDown, state.started, state.generation == generation else { return false }
                 state.slots[slot] = connection
                 return true
             }
@@ -585,6 +592,7 @@ final class APNsConnectionPool: Sendable {
                 lastCertificateCheck = .now
                 checkCertificateExpiry()
             }
+            if closeIfIdle() { return }
             let idle = state.withLock { state -> [PooledConnection] in
                 let now = ContinuousClock.now
                 var due: [PooledConnection] = []
@@ -612,6 +620,39 @@ final class APNsConnectionPool: Sendable {
             }
             try? await Task.sleep(for: configuration.healthCheckInterval)
         }
+    }
+
+    /// Closes the pool's connections when nobody asked for a stream for `idleCloseAfter` and none is in
+    /// flight or awaited: its slot and health tasks end, and the next ``acquire(waitingAtMost:)``
+    /// starts them again (a new generation), opening connections lazily. Returns whether it closed.
+    private func closeIfIdle() -> Bool {
+        let after = configuration.idleCloseAfter
+        guard after > .zero else { return false }
+        let closed = state.withLock { state -> [PooledConnection]? in
+            guard state.started, !state.shutDown, state.waiting == 0, state.lastUse.duration(to: .now) >= after,
+                  state.slots.allSatisfy({ ($0?.inFlight ?? 0) == 0 })
+            else { return nil }
+            state.started = false
+            let connections = state.slots.compactMap { $0 }
+            for index in state.slots.indices { state.slots[index] = nil }
+            return connections
+        }
+        guard let closed else { return false }
+        metrics.increment("pools_closed_idle")
+        logger.info("APNs pool idle: its connections close and reopen on the next send", [
+            "idle_ms": "\(after.wholeMilliseconds)", "connections": "\(closed.count)",
+        ])
+        // Each slot task closes its retired connection gracefully, then ends (cancelled; nobody awaits
+        // them here), as does this health task once it returns.
+        for connection in closed {
+            retire(connection, cause: "idle", because: "no send for \(after.wholeMilliseconds) ms")
+        }
+        let running = tasks.withLock { tasks in
+            defer { tasks.removeAll() }
+            return tasks
+        }
+        for task in running { task.cancel() }
+        return true
     }
 
     private func ping(_ connection: PooledConnection) async {
