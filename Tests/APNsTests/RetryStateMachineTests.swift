@@ -30,6 +30,8 @@ import Testing
                 expected = .retry(after: .seconds(5), reason: .providerToken, change: .restorePreviousProviderToken)
             case .tooManyRequests:
                 expected = .retry(after: .seconds(1), reason: .tooManyRequests, change: .none)
+            case .topicDisallowed:
+                expected = .retry(after: .zero, reason: nil, change: .newConnectionForTopic)
             case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
                  .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
                 expected = .stop(.providerTokenFault)

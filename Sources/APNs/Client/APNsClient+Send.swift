@@ -45,11 +45,12 @@ extension APNsClient {
             guard let attempt = try await attempt(&send, pool: pool, isTrial: isTrial) else { continue }
             let isTokenFailure = observe(attempt, &send, pool: pool)
             let action = send.machine.handle(attempt.event, nowMilliseconds: configuration.clock.nowMilliseconds())
-            if let fallback = fallBack(after: attempt, action, &send, pool: pool) {
+            guard let response = try await perform(action, attempt, isTokenFailure: isTokenFailure, send, pool: pool) else { continue }
+            if let fallback = fallBack(after: response, attempt, &send, pool: pool) {
                 pool = fallback
                 continue
             }
-            if let response = try await perform(action, attempt, isTokenFailure: isTokenFailure, send, pool: pool) { return response }
+            return response
         }
     }
 
@@ -131,16 +132,16 @@ extension APNsClient {
         return pool(for: credentials, environment: environment)
     }
 
-    /// On a key with a fallback: an answer that blames the key (``APNsKeyFallbacks/fallsBack(status:reason:)``)
-    /// where retrying stops moves the send to the fallback key's pool, returned; no final failure, no
-    /// device token touched. Any other answer tells that the key serves (a remembered refusal ends).
+    /// On a key with a fallback: Apple's final answer `response` to `attempt`, when it blames the key
+    /// (``APNsKeyFallbacks/fallsBack(status:reason:)``), moves the send to the fallback key's pool,
+    /// returned; no final failure, no device token touched. Any other answer tells that the key
+    /// serves (a remembered refusal ends).
     private func fallBack(
-        after attempt: Attempt, _ action: APNsRetryStateMachine.Action, _ send: inout SendState, pool: APNsConnectionPool
+        after response: APNsResponse, _ attempt: Attempt, _ send: inout SendState, pool: APNsConnectionPool
     ) -> APNsConnectionPool? {
-        guard let fallback = send.options.fallbackCredentials, !send.onFallback, let answered = attempt.answered else { return nil }
+        guard let fallback = send.options.fallbackCredentials, !send.onFallback, attempt.answered != nil else { return nil }
         let key = pool.credentials
-        let response = answered.response
-        guard case .stop = action, let reason = response.reason, APNsKeyFallbacks.fallsBack(status: response.status, reason: reason) else {
+        guard let reason = response.reason, APNsKeyFallbacks.fallsBack(status: response.status, reason: reason) else {
             if let ended = keyFallbacks.withLock({ $0.isEmpty ? nil : $0.accept(key: key.identity, bundleID: send.bundleID) }) {
                 logger.info("APNs accepts the key being rotated in again", [
                     "key_id": ended.keyID, "team_id": ended.teamID, "bundle_id": ended.bundleID, "refusals": "\(ended.refusals)",
@@ -154,7 +155,6 @@ extension APNsClient {
                       reason: reason, now: now)
         }
         metrics.keyFallbacks.increment(labels: [key.keyID])
-        if reason.isProviderTokenFault { providerTokenFault(reason, response: response, jwt: answered.jwt, pool: pool) }
         if let refusal {
             logger.error("APNs refused the key being rotated in: this bundle ID's sends go to the key before it until the retry", [
                 "key_id": refusal.keyID, "team_id": refusal.teamID, "bundle_id": refusal.bundleID, "fallback_key_id": refusal.fallbackKeyID,
@@ -381,6 +381,7 @@ extension APNsClient {
                 switch (attempt.event, change) {
                 case (.notProcessed, _): label = "unprocessed"
                 case (_, .retireAndRenewProviderToken): label = "provider_token_renewed"
+                case (_, .newConnectionForTopic): label = "topic_disallowed"
                 default: label = "new_connection"
                 }
                 metrics.retriesTotal.increment(labels: [label])
@@ -401,6 +402,13 @@ extension APNsClient {
             if let answered = attempt.answered {
                 pool.retire(answered.connection, cause: "retry_on_new_connection",
                             because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
+            }
+            return nil
+        case .newConnectionForTopic:
+            guard let answered = attempt.answered, pool.replaceConnectionsForTopic(answeredOn: answered.connection) else {
+                var response = attempt.answered!.response
+                response.attempts = send.machine.attempts
+                return response
             }
             return nil
         case .restorePreviousProviderToken:

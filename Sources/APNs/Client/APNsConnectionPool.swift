@@ -13,6 +13,8 @@ final class PooledConnection: @unchecked Sendable {
     let slot: Int
     let connection: HTTP2Connection
     let address: String
+    /// When it was opened (monotonic ms, `APNsConnectionPool.monotonicMilliseconds()`).
+    let openedAt = APNsConnectionPool.monotonicMilliseconds()
     /// Fired when the connection must be replaced (GOAWAY, closed, retired).
     let ended = OneShot()
     /// Streams we opened and that have not finished yet.
@@ -80,6 +82,8 @@ final class APNsConnectionPool: Sendable {
         var generation = 0
         /// The last time a caller asked for a stream (the idle close's clock).
         var lastUse: ContinuousClock.Instant = .now
+        /// When `TopicDisallowed` replaces the connections.
+        var topicScope = APNsTopicScopeRefresh()
 
         var waiting: Int { waiters.count }
 
@@ -297,6 +301,29 @@ final class APNsConnectionPool: Sendable {
     func retireConnections(using jwt: APNsJWT) {
         let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.providerToken.current == jwt && !$0.retired } }
         for connection in using { retire(connection, cause: "expired_provider_token", because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
+    }
+
+    /// After 400 `TopicDisallowed` on `connection`: ``APNsTopicScopeRefresh``'s decision, performed.
+    /// True: the answering connection and every one opened before the moment are retired, and the
+    /// send retries on a new one. False: the answer is final.
+    /// Certificate connections never: a certificate's topics are in the certificate (§5).
+    func replaceConnectionsForTopic(answeredOn connection: PooledConnection) -> Bool {
+        guard credentials.providerTokens != nil else { return false }
+        let now = Self.monotonicMilliseconds()
+        let (retry, stale) = state.withLock { state -> (Bool, [PooledConnection]) in
+            switch state.topicScope.topicDisallowed(connectionOpenedAt: connection.openedAt, now: now) {
+            case .final:
+                return (false, [])
+            case .retryOnNewConnection(let before):
+                guard let before else { return (true, []) }
+                return (true, state.slots.compactMap { $0 }.filter { !$0.retired && $0 !== connection && $0.openedAt < before })
+            }
+        }
+        guard retry else { return false }
+        let why = "APNs answered TopicDisallowed: connections opened before may predate the key's topics"
+        retire(connection, cause: "topic_disallowed", because: why)
+        for other in stale { retire(other, cause: "topic_disallowed", because: why) }
+        return true
     }
 
     /// A stream on `connection`, started at `started`, got no answer within the request timeout. When
