@@ -162,6 +162,8 @@ extension APNsClient {
             ])
         }
         send.onFallback = true
+        // The new key's refusal is never the send's answer, not even at the retry deadline.
+        send.lastResponse = nil
         return self.pool(for: fallback, environment: pool.environment)
     }
 
