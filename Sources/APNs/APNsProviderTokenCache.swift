@@ -7,20 +7,26 @@ import Synchronization
 /// minutes"; an `iat` older than an hour gets 403 `ExpiredProviderToken`, and switching tokens more
 /// than once per 20 minutes on a connection gets 429 `TooManyProviderTokenUpdates` (docs/apns-protocol.md
 /// §4). So: the token is minted when first asked for, replaced once it reaches ``refreshAge`` (default
-/// 50 min, kept within 20…59 min), and two distinct tokens are never issued less than 20 minutes apart,
-/// even after ``invalidate(_:)``. Time comes from the injected `WallClock`. Share one cache across all
+/// and most 40 min, least 20 min), and two distinct tokens are never issued less than 20 minutes apart,
+/// even after ``invalidate(_:)``. A token handed out therefore always has at least 20 minutes of life
+/// left at the moment of use: a connection that first uses it after an idle spell can keep it the 20
+/// minutes Apple requires before the next change (a 46-minute-old token would have to be replaced 14
+/// minutes later, exactly the change APNs refuses with `TooManyProviderTokenUpdates`). Time comes from the injected `WallClock`. Share one cache across all
 /// connections; a connection enforces its own 20-minute rule by comparing ``APNsJWT/issuedAt``.
 public final class APNsProviderTokenCache: Sendable {
     /// Shortest time between two distinct tokens: 20 minutes.
     public static let minimumRefreshInterval: Duration = .seconds(20 * 60)
     /// Age at which APNs refuses a token: 60 minutes.
     public static let maximumTokenAge: Duration = .seconds(60 * 60)
+    /// The oldest token handed out: 40 minutes, so that it has the 20 minutes a connection must keep
+    /// it still to live (``maximumTokenAge`` − ``minimumRefreshInterval``).
+    public static let maximumRefreshAge: Duration = maximumTokenAge - minimumRefreshInterval
 
     /// The Key ID (`kid`).
     public let keyID: String
     /// The Team ID (`iss`).
     public let teamID: String
-    /// The age at which the token is replaced, clamped to 20…59 minutes.
+    /// The age at which the token is replaced, clamped to 20…40 minutes (``maximumRefreshAge``).
     public let refreshAge: Duration
 
     private let signingKey: APNsSigningKey
@@ -42,19 +48,20 @@ public final class APNsProviderTokenCache: Sendable {
     ///   - signingKey: the team's `.p8` key.
     ///   - keyID: its 10-character Key ID.
     ///   - teamID: the 10-character Team ID.
-    ///   - refreshAge: replace the token at this age; default 50 minutes, clamped to 20…59 minutes.
+    ///   - refreshAge: replace the token at this age; default 40 minutes, clamped to 20…40 minutes.
     ///   - clock: the time source (`SystemWallClock` in production, `ManualWallClock` in tests).
     ///   - metrics: counts `push_apns_jwt_mints_total`; default the process's registry.
     public init(
         signingKey: APNsSigningKey, keyID: String, teamID: String,
-        refreshAge: Duration = .seconds(50 * 60), clock: any WallClock = SystemWallClock(), metrics: MetricsRegistry = .shared
+        refreshAge: Duration = APNsProviderTokenCache.maximumRefreshAge, clock: any WallClock = SystemWallClock(), metrics: MetricsRegistry = .shared
     ) {
         self.mints = metrics.counter("push_apns_jwt_mints_total", help: "Provider tokens (JWT) signed")
         self.signingKey = signingKey
         self.keyID = keyID
         self.teamID = teamID
         self.clock = clock
-        let seconds = min(max(refreshAge.components.seconds, 20 * 60), 59 * 60)
+        let seconds = min(max(refreshAge.components.seconds, Self.minimumRefreshInterval.components.seconds),
+                          Self.maximumRefreshAge.components.seconds)
         self.refreshAgeSeconds = seconds
         self.refreshAge = .seconds(seconds)
     }

@@ -48,6 +48,10 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
     case unrelatedKeyIdInToken
     /// 403: the key is restricted to the other environment.
     case badEnvironmentKeyIdInToken
+    /// 403: the same as ``badEnvironmentKeyIdInToken`` in the spelling field reports also show
+    /// (`BadEnvironmentKeyInToken`); kept apart so logs and metrics say what APNs said, with the same
+    /// status, action and alert (see ``isWrongEnvironmentKey``).
+    case badEnvironmentKeyInToken
     /// 404: invalid `:path`.
     case badPath
     /// 405: `:method` is not POST.
@@ -82,8 +86,14 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
         .internalServerError, .serviceUnavailable, .shutdown,
     ]
 
+    /// Reasons APNs is reported to send that Apple's table spells otherwise: `BadEnvironmentKeyInToken`.
+    public static let fieldSpellings: [APNsReason] = [.badEnvironmentKeyInToken]
+
     private static let byName: [String: APNsReason] = Dictionary(
-        uniqueKeysWithValues: documented.map { ($0.rawValue, $0) })
+        uniqueKeysWithValues: (documented + fieldSpellings).map { ($0.rawValue, $0) })
+
+    /// 403 `BadEnvironmentKeyIdInToken` in either spelling: the key is restricted to the other environment.
+    public var isWrongEnvironmentKey: Bool { self == .badEnvironmentKeyIdInToken || self == .badEnvironmentKeyInToken }
 
     /// Maps Apple's exact (case-sensitive) string; anything else becomes `.unknown(rawValue)`.
     public init(rawValue: String) {
@@ -115,6 +125,7 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
         case .missingProviderToken: "MissingProviderToken"
         case .unrelatedKeyIdInToken: "UnrelatedKeyIdInToken"
         case .badEnvironmentKeyIdInToken: "BadEnvironmentKeyIdInToken"
+        case .badEnvironmentKeyInToken: "BadEnvironmentKeyInToken"
         case .badPath: "BadPath"
         case .methodNotAllowed: "MethodNotAllowed"
         case .expiredToken: "ExpiredToken"
@@ -137,7 +148,8 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
              .missingTopic, .payloadEmpty, .topicDisallowed:
             400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
-             .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+             .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken,
+             .badEnvironmentKeyInToken:
             403
         case .badPath: 404
         case .methodNotAllowed: 405
@@ -175,7 +187,7 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
     public var raisesAlert: Bool {
         switch self {
         case .tooManyProviderTokenUpdates, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
-             .badEnvironmentKeyIdInToken, .badCertificate, .badCertificateEnvironment, .unknown:
+             .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .badCertificate, .badCertificateEnvironment, .unknown:
             true
         default: false
         }

@@ -29,7 +29,7 @@ import Testing
         }
         let gaps = zip(issued.dropFirst(), issued).map { $0 - $1 }
         #expect(gaps.allSatisfy { $0 >= 20 * 60 })
-        #expect(gaps == [3000, 3000, 3000])  // refreshed at 50 minutes
+        #expect(gaps == [2400, 2400, 2400, 2400])  // refreshed at 40 minutes
         #expect(issued.first == Self.start / 1000)
     }
 
@@ -64,14 +64,34 @@ import Testing
         #expect(try cache.currentToken() != second)
     }
 
-    @Test func refreshAgeIsClampedTo20To59Minutes() async throws {
+    @Test func refreshAgeIsClampedTo20To40Minutes() async throws {
         let (short, _, _) = try await makeCache(refreshAge: .seconds(60))
         #expect(short.refreshAge == .seconds(20 * 60))
         let (long, clock, _) = try await makeCache(refreshAge: .seconds(3 * 3600))
-        #expect(long.refreshAge == .seconds(59 * 60))
+        #expect(long.refreshAge == .seconds(40 * 60))
         let first = try long.currentToken()
-        clock.advance(by: .seconds(59 * 60))
+        clock.advance(by: .seconds(40 * 60))
         #expect(try long.currentToken() != first)
+    }
+
+    /// Apple: a connection changes its token at most once per 20 minutes. A token handed out after an
+    /// idle spell must therefore still live 20 minutes: the 46-minute-old cached token is not handed
+    /// out (it would have to be replaced 14 minutes later); a fresh one is, and lasts.
+    @Test func aTokenHandedOutAfterAnIdleSpellLastsTwentyMoreMinutes() async throws {
+        let (cache, clock, _) = try await makeCache()
+        let old = try cache.currentToken()
+        clock.advance(by: .seconds(46 * 60))  // idle: nobody asked for 46 minutes
+        let fresh = try cache.currentToken()
+        #expect(fresh != old)
+        #expect(fresh.issuedAt == clock.nowSeconds())
+        clock.advance(by: .seconds(5 * 60))
+        #expect(try cache.currentToken() == fresh, "not replaced minutes later")
+        // Whenever it is asked, what it hands out has 20 minutes left.
+        for step in [1, 13, 7, 19, 2, 29, 3, 11, 39, 1, 17] {
+            clock.advance(by: .seconds(Int64(step) * 60))
+            let token = try cache.currentToken()
+            #expect(token.age(atSeconds: clock.nowSeconds()) <= 40 * 60, "at +\(step) min: \(token)")
+        }
     }
 }
 

@@ -97,6 +97,32 @@ import Testing
         #expect(APNsReason.action(forStatus: 410, reason: .unregistered) == .deactivateToken)
     }
 
+    /// Field reports show the wrong-environment-key reason spelled two ways: both parse, keep what APNs
+    /// said, and get the same status, action, alert and provider-fault treatment.
+    @Test func bothSpellingsOfTheWrongEnvironmentKeyReasonAreOneReason() {
+        let apple = APNsReason(rawValue: "BadEnvironmentKeyIdInToken")
+        let field = APNsReason(rawValue: "BadEnvironmentKeyInToken")
+        #expect(apple == .badEnvironmentKeyIdInToken)
+        #expect(field == .badEnvironmentKeyInToken)
+        #expect(field.rawValue == "BadEnvironmentKeyInToken")
+        for reason in [apple, field] {
+            #expect(reason.isWrongEnvironmentKey)
+            #expect(reason.httpStatus == 403)
+            #expect(reason.action == .reject)
+            #expect(reason.raisesAlert)
+            #expect(reason.isProviderTokenFault)
+            var machine = APNsRetryStateMachine(
+                policy: .init(backoff: .init(initial: .milliseconds(1), maximum: .milliseconds(2)), tooManyRequestsDelay: .seconds(1),
+                              providerTokenUpdateDelay: .seconds(1), maxUnprocessedResends: 1),
+                deadlineMilliseconds: 10_000)
+            #expect(machine.handle(.response(status: 403, reason: reason), nowMilliseconds: 0) == .stop(.providerTokenFault))
+            #expect(APNsClient.providerTokenFaultCause(reason, skewSeconds: 0) == APNsClient.providerTokenFaultCause(apple, skewSeconds: 0))
+        }
+        #expect(APNsErrorResponse(parsing: Array(#"{"reason":"BadEnvironmentKeyInToken"}"#.utf8)).reason == .badEnvironmentKeyInToken)
+        #expect(!APNsReason.unrelatedKeyIdInToken.isWrongEnvironmentKey)
+        #expect(!APNsReason.documented.contains(.badEnvironmentKeyInToken), "Apple's table keeps its own spelling")
+    }
+
     @Test func errorBodiesParseRobustly() {
         let gone = APNsErrorResponse(parsing: Array(#"{"reason":"Unregistered","timestamp":1700000000123}"#.utf8))
         #expect(gone.reason == .unregistered)

@@ -27,9 +27,11 @@ import Testing
             case .expiredProviderToken:
                 expected = .retry(after: .zero, reason: nil, change: .retireAndRenewProviderToken)
             case .tooManyProviderTokenUpdates:
-                expected = .retry(after: .seconds(5), reason: .providerToken, change: .none)
+                expected = .retry(after: .seconds(5), reason: .providerToken, change: .restorePreviousProviderToken)
             case .tooManyRequests:
                 expected = .retry(after: .seconds(1), reason: .tooManyRequests, change: .none)
+            case .topicDisallowed:
+                expected = .retry(after: .zero, reason: nil, change: .newConnectionForTopic)
             case .invalidProviderToken, .missingProviderToken, .badCertificate, .badCertificateEnvironment,
                  .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
                 expected = .stop(.providerTokenFault)

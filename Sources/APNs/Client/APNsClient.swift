@@ -158,6 +158,13 @@ public final class APNsClient: Sendable {
         /// Warn (log and metric `certificates_expiring`) when a provider certificate expires within
         /// this. Default 30 days.
         public var certificateExpiryWarning: Duration = .seconds(30 * 86_400)
+        /// A pool without a send for this long closes its connections; the next send reopens them.
+        /// Zero never closes. Default 30 minutes.
+        public var idleCloseAfter: Duration = .seconds(30 * 60)
+        /// After a key being rotated in was refused for a bundle ID (``APNsKeyFallbacks``), how long
+        /// that bundle ID's sends go straight to the fallback key before the new key is tried again.
+        /// Default 60 s.
+        public var keyRetryDelay: Duration = .seconds(60)
         /// Wall clock for expirations and certificate checks.
         public var clock: any WallClock = SystemWallClock()
 
@@ -173,12 +180,13 @@ public final class APNsClient: Sendable {
         let environment: APNsEnvironment
     }
 
-    private let configuration: Configuration
-    private let credentialsByBundleID: [String: APNsCredentials]
-    private let defaultCredentials: APNsCredentials?
+    let configuration: Configuration
+    let credentialChoice: APNsCredentialChoice
     private let pools = Mutex<[PoolKey: APNsConnectionPool]>([:])
-    private let gates: APNsDeviceGateKeeper
-    private let logger: Logger
+    let gates: APNsDeviceGateKeeper
+    let logger: Logger
+    /// Keys being rotated in that APNs refused, per bundle ID (docs/apns-client.md "Key rotation").
+    let keyFallbacks: Mutex<APNsKeyFallbacks>
     /// Counters for dashboards and alerts (the registry's `push_apns_*` families and a snapshot).
     public let metrics: APNsClientMetrics
 
@@ -207,8 +215,8 @@ public final class APNsClient: Sendable {
         gatePolicy.capacity = configuration.deviceGateCapacity
         self.gates = APNsDeviceGateKeeper(policy: gatePolicy, metrics: self.metrics, now: APNsConnectionPool.monotonicMilliseconds)
         self.configuration = configuration
-        self.credentialsByBundleID = credentials
-        self.defaultCredentials = defaultCredentials
+        self.credentialChoice = APNsCredentialChoice(byBundleID: credentials, defaultCredentials: defaultCredentials)
+        self.keyFallbacks = Mutex(APNsKeyFallbacks(retryDelay: configuration.keyRetryDelay))
         self.logger = logger
     }
 
@@ -233,308 +241,11 @@ public final class APNsClient: Sendable {
         return configuration.retryHorizon.deadline(for: request, now: now)
     }
 
-    /// Sends one notification like ``send(_:environment:)``, with per-call options: who waits between
-    /// attempts (``APNsSendOptions/waiter``) and until when retrying may go on
-    /// (``APNsSendOptions/retryDeadline``). The decisions are ``APNsRetryStateMachine``'s; this method
-    /// performs them (docs/apns-client.md).
-    /// - Throws: as ``send(_:environment:)``, and whatever the waiter throws, unchanged.
-    public func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsResponse {
-        metrics.countRequest()
-        let bundleID = Self.bundleID(of: request)
-        let pool = try pool(for: request, bundleID: bundleID, environment: environment, chosen: options.credentials)
-        let deadline = options.retryDeadline ?? retryDeadline(for: request)
-        var machine = APNsRetryStateMachine(
-            policy: .init(backoff: configuration.retry.backoff, tooManyRequestsDelay: configuration.retry.tooManyRequestsDelay,
-                          providerTokenUpdateDelay: configuration.retry.providerTokenUpdateDelay,
-                          maxUnprocessedResends: configuration.retry.maxUnprocessedResends),
-            deadlineMilliseconds: Int64((deadline.timeIntervalSince1970 * 1000).rounded(.down)))
-        let token = request.deviceToken.hex
-        var lastError: HTTP2Error?
-        // Apple's last answer: returned when retrying stops after a wait without one (an open
-        // circuit, a lost connection), so the caller still sees Apple's status and reason.
-        var lastResponse: APNsResponse?
-        // The per-device gate: whether this notification holds its token's slot, and whether it
-        // failed for its token's reason (then it is never the circuit breaker's half-open trial).
-        var holdsGateTurn = false
-        var hadTokenFailure = false
-        var heldByGate = false
-        defer { if holdsGateTurn { gates.finish(token, holdsTurn: true, outcome: .other) } }
-        // The longest an attempt may take: its request timeout plus setting up a connection.
-        let attemptBudget = configuration.requestTimeout + configuration.connectTimeout
-
-        func pause(_ delay: Duration, _ reason: APNsRetryReason) async throws {
-            if reason != .circuitOpen { metrics.increment("retries") }
-            metrics.increment("retries_\(reason.metricLabel)")
-            metrics.retriesTotal.increment(labels: [reason.metricLabel])
-            if let waiter = options.waiter {
-                try await waiter.wait(delay, attemptsSoFar: machine.attempts, reason: reason)
-            } else {
-                try await Task.sleep(for: delay)
-            }
-        }
-        func gaveUp(_ why: APNsRetryStateMachine.Stop) throws -> APNsResponse {
-            if why == .retryHorizonExceeded, var response = lastResponse {
-                response.attempts = machine.attempts
-                response.unprocessedResends = machine.unprocessedResends
-                return response
-            }
-            throw stopError(why)
-        }
-        func stopError(_ why: APNsRetryStateMachine.Stop) -> APNsError {
-            let attempts = machine.attempts
-            switch why {
-            case .tooManyUnprocessedResends:
-                return APNsError(code: .deliveryFailed, message: "sent \(machine.unprocessedResends) times without APNs processing it", cause: lastError, attempts: attempts)
-            case .retryHorizonExceeded where heldByGate:
-                return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the device token's gate held it (its 429 TooManyRequests or timed-out streams) after \(attempts) attempts", cause: lastError, attempts: attempts)
-            case .retryHorizonExceeded where machine.lastEventWasCircuitOpen || lastError == nil:
-                return APNsError(code: .retryHorizonExceeded, message: "the retry deadline passed while the circuit breaker held every send to \(pool.endpoint.host)", cause: lastError, attempts: attempts)
-            default:
-                return APNsError(code: .retryHorizonExceeded, message: "no answer from APNs before the retry deadline after \(attempts) attempts: \(lastError?.message ?? "no connection")", cause: lastError, attempts: attempts)
-            }
-        }
-
-        while true {
-            // The device token's gate: closed after its 429 TooManyRequests or timed-out stream, its
-            // notifications go one at a time behind one backoff, and hold no permit of the caller's
-            // while they wait (APNsRetryWaiter.waitForDeviceGate).
-            if !holdsGateTurn {
-                let passed: APNsDeviceGateKeeper.Pass
-                if gates.isClosed(token) {
-                    // In line for the token's one slot: without holding the caller's permit.
-                    metrics.increment("device_gate_waits")
-                    let gates = self.gates
-                    if let waiter = options.waiter {
-                        passed = try await waiter.waitForDeviceGate(attemptsSoFar: machine.attempts) { try await gates.pass(token) }
-                    } else {
-                        passed = try await gates.pass(token)
-                    }
-                } else {
-                    passed = try await gates.pass(token)
-                }
-                if case .turn(let notBefore) = passed {
-                    holdsGateTurn = true
-                    // The gate's backoff, waited once by the slot's holder, within the retry deadline.
-                    let wait = notBefore - APNsConnectionPool.monotonicMilliseconds()
-                    if wait > 0 {
-                        if configuration.clock.nowMilliseconds() + wait > machine.deadlineMilliseconds {
-                            heldByGate = true
-                            return try gaveUp(.retryHorizonExceeded)
-                        }
-                        try await pause(.milliseconds(wait), gates.closedBecause(token))
-                    }
-                }
-            }
-            // The circuit breaker: while open nothing is sent, and waiting spends no attempt. Its
-            // half-open trial is never a notification with a failure of its token's own.
-            var isTrial = false
-            let mayProbe = !hadTokenFailure && (pool.circuitState == .closed || !gates.hasFailureHistory(token))
-            switch pool.admit(mayProbe: mayProbe) {
-            case .send: break
-            case .trial: isTrial = true
-            case .wait(let wait):
-                if holdsGateTurn {
-                    // Hand the device's slot on while the breaker holds every send.
-                    holdsGateTurn = false
-                    gates.finish(token, holdsTurn: true, outcome: .other)
-                }
-                switch machine.handle(.circuitOpen(wait: wait), nowMilliseconds: configuration.clock.nowMilliseconds()) {
-                case .retry(let delay, _, _):
-                    try await pause(delay, .circuitOpen)
-                    continue
-                case .stop(let why):
-                    return try gaveUp(why)
-                case .delivered:
-                    continue
-                }
-            }
-            let started = ContinuousClock.now
-            let event: APNsRetryStateMachine.Event
-            var answered: (response: APNsResponse, connection: PooledConnection, jwt: APNsJWT?)?
-            do {
-                let connection: PooledConnection
-                do {
-                    connection = try await pool.acquire(waitingAtMost: attemptBudget)
-                } catch let error as HTTP2Error {
-                    throw AttemptFailure.noConnection(error)
-                }
-                // The breaker may have opened while this caller waited for a stream: it must not send.
-                if !isTrial, pool.circuitState != .closed, case .wait(let wait) = pool.admit() {
-                    pool.release(connection, status: nil)
-                    throw AttemptFailure.circuitOpen(wait)
-                }
-                let choice: APNsConnectionPool.ProviderTokenChoice
-                do {
-                    choice = try pool.providerToken(for: connection)
-                } catch {
-                    pool.release(connection, status: nil)
-                    throw error
-                }
-                let jwt: APNsJWT?
-                let authorization: String?
-                switch choice {
-                case .certificate:
-                    (jwt, authorization) = (nil, nil)
-                case .send(let token, let value):
-                    (jwt, authorization) = (token, value)
-                case .retireConnection:
-                    pool.release(connection, status: nil)
-                    pool.retire(connection, cause: "jwt", because: "its JWT can neither be kept nor changed yet")
-                    continue
-                }
-                // What is left of the attempt's budget, but never less than the request timeout's
-                // share the connection's own queue may need.
-                let left = attemptBudget - started.duration(to: .now)
-                let timeout = max(min(configuration.requestTimeout, left), .milliseconds(1))
-                let raw: HTTP2Response
-                let sentAt = ContinuousClock.now
-                do {
-                    raw = try await connection.connection.send(makeRequest(request, pool: pool, authorization: authorization), timeout: timeout)
-                } catch let error as HTTP2Error {
-                    pool.release(connection, status: nil)
-                    throw AttemptFailure.sent(error, connection, sentAt)
-                } catch {
-                    pool.release(connection, status: nil)
-                    throw error
-                }
-                pool.release(connection, status: raw.status)
-                var response = APNsResponse(status: raw.status, headers: raw.headers, body: raw.body)
-                response.attempts = machine.attempts + 1
-                response.unprocessedResends = machine.unprocessedResends
-                answered = (response, connection, jwt)
-                lastResponse = response
-                event = .response(status: response.status, reason: response.reason)
-            } catch AttemptFailure.circuitOpen(let wait) {
-                event = .circuitOpen(wait: wait)
-            } catch AttemptFailure.noConnection(let error) {
-                if Task.isCancelled { throw CancellationError() }
-                lastError = error
-                pool.recordFailure(on: nil)
-                metrics.increment("no_connection")
-                event = .noConnection
-            } catch AttemptFailure.sent(let error, let connection, let sentAt) {
-                if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
-                if error.wasNotProcessed {
-                    // Not processed by APNs: sent again at once elsewhere, not a failure (RFC 9113 §8.7).
-                    metrics.increment("unprocessed_resends")
-                    if error.code == .goingAway, !connection.connection.isUsable { pool.retire(connection, cause: "goaway", because: "going away") }
-                    event = .notProcessed
-                } else if error.code == .timeout {
-                    // The device token's failure: its gate closes. Not the circuit breaker's, unless
-                    // the connection answers nothing else and its PING goes unanswered (the pool's).
-                    lastError = error
-                    metrics.countAttempt(status: nil)
-                    metrics.increment("timeouts")
-                    pool.streamTimedOut(on: connection, started: sentAt)
-                    if isTrial { pool.abandonTrial() }
-                    event = .streamTimeout
-                } else if error.code == .connectionClosed || error.code == .protocolError || error.code == .streamReset {
-                    lastError = error
-                    metrics.countAttempt(status: nil)
-                    metrics.increment("connection_errors")
-                    pool.recordFailure(on: connection)
-                    if error.code != .streamReset { pool.retire(connection, cause: "request_failed", because: "request failed: \(error.code)") }
-                    event = .connectionLost
-                } else {
-                    throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: machine.attempts)
-                }
-            }
-            if case .notProcessed = event {} else if case .noConnection = event {} else if case .circuitOpen = event {} else {
-                let status = answered.map { String($0.response.status) } ?? "none"
-                let reasonLabel: String
-                if let answered { reasonLabel = answered.response.reason?.rawValue ?? "" } else { reasonLabel = event == .streamTimeout ? "timeout" : "connection_error" }
-                metrics.requestsTotal.increment(labels: [bundleID, request.pushType.rawValue, status, reasonLabel])
-                let elapsed = started.duration(to: .now)
-                metrics.requestDuration.observe(
-                    elapsed.inSeconds, labels: [request.pushType.rawValue])
-            }
-            if let answered {
-                metrics.countAttempt(status: answered.response.status)
-                if Self.isAppleWideFailure(status: answered.response.status, reason: answered.response.reason) {
-                    pool.recordFailure(on: answered.connection)
-                } else {
-                    pool.recordAnswer()
-                }
-                if !answered.response.isSuccess { record(answered.response) }
-            }
-            // The device gate learns the outcome: a token failure closes it (or, for the slot's holder,
-            // backs it off further); the slot passes to the next in line.
-            let gateOutcome = Self.gateOutcome(of: event)
-            let isTokenFailure = gateOutcome == .tokenFailure || gateOutcome == .streamTimeout
-            if isTokenFailure {
-                hadTokenFailure = true
-                if !holdsGateTurn { metrics.increment("device_gate_closings") }
-            }
-            if holdsGateTurn || isTokenFailure {
-                gates.finish(token, holdsTurn: holdsGateTurn, outcome: gateOutcome)
-                holdsGateTurn = false
-            }
-            let action = machine.handle(event, nowMilliseconds: configuration.clock.nowMilliseconds())
-            switch action {
-            case .delivered:
-                var response = answered!.response
-                response.attempts = machine.attempts
-                return response
-            case .stop(let why):
-                guard var response = answered?.response else { return try gaveUp(why) }
-                response.attempts = machine.attempts
-                if why == .providerTokenFault, let reason = response.reason {
-                    providerTokenFault(reason, response: response, jwt: answered?.jwt, pool: pool)
-                }
-                return response
-            case .retry(let delay, let reason, let change):
-                switch change {
-                case .none:
-                    break
-                case .retire:
-                    if let answered {
-                        pool.retire(answered.connection, cause: "retry_on_new_connection", because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
-                    }
-                case .retireAndRenewProviderToken:
-                    guard let answered, let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
-                          renewProviderToken(rejected, cache: cache, response: answered.response, pool: pool)
-                    else {
-                        var response = answered!.response
-                        response.attempts = machine.attempts
-                        return response
-                    }
-                }
-                if isTokenFailure {
-                    // The token's gate imposes the wait (one backoff for all its notifications),
-                    // counted as a retry where it is waited.
-                    continue
-                }
-                if let reason, delay > .zero {
-                    try await pause(delay, reason)
-                } else {
-                    if event != .notProcessed { metrics.increment("retries") }
-                    let label: String
-                    switch (event, change) {
-                    case (.notProcessed, _): label = "unprocessed"
-                    case (_, .retireAndRenewProviderToken): label = "provider_token_renewed"
-                    default: label = "new_connection"
-                    }
-                    metrics.retriesTotal.increment(labels: [label])
-                }
-            }
-        }
-    }
-
-    /// How one attempt failed before an answer.
-    private enum AttemptFailure: Error {
-        /// No connection (or no free stream) within the attempt's budget: nothing was sent.
-        case noConnection(HTTP2Error)
-        /// The stream on `connection`, sent at the instant given, failed.
-        case sent(HTTP2Error, PooledConnection, ContinuousClock.Instant)
-        /// The circuit breaker opened while waiting for a stream: nothing sent.
-        case circuitOpen(Duration)
-    }
-
     /// After 403 `ExpiredProviderToken`: mints (single-flight) the token the retry carries and retires
     /// the connections sending the refused one. False when renewing cannot help (the server's clock is
     /// so far ahead that a fresh token looks expired too, or a renewed token was refused already):
     /// a provider fault, reported by the caller's stop.
-    private func renewProviderToken(_ rejected: APNsJWT, cache: APNsProviderTokenCache, response: APNsResponse, pool: APNsConnectionPool) -> Bool {
+    func renewProviderToken(_ rejected: APNsJWT, cache: APNsProviderTokenCache, response: APNsResponse, pool: APNsConnectionPool) -> Bool {
         if let date = response.date, date - cache.nowSeconds >= Self.futileSkewSeconds {
             providerTokenFault(.expiredProviderToken, response: response, jwt: rejected, pool: pool)
             return false
@@ -558,7 +269,7 @@ public final class APNsClient: Sendable {
     static let futileSkewSeconds: Int64 = 55 * 60
 
     /// Counts a provider-token fault and logs it at most once a minute per reason with its likely cause.
-    private func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
+    func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
         metrics.providerTokenFaults.increment(labels: [reason.rawValue])
         let nowSeconds = configuration.clock.nowSeconds()
@@ -599,7 +310,7 @@ public final class APNsClient: Sendable {
             return "a connection changed its JWT more than once in 20 minutes (the JWT is kept; retried later)"
         case .missingProviderToken:
             return "no authorization header was sent on a token-auth connection"
-        case .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+        case .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
             return "the key does not belong to this connection's team or environment"
         default:
             return "the provider credentials were refused (\(reason.rawValue))"
@@ -607,6 +318,12 @@ public final class APNsClient: Sendable {
     }
 
     private let providerTokenFaultLog = Mutex(LogRateLimiter(interval: .seconds(60)))
+
+    /// The keys being rotated in that APNs refused and whose bundle IDs' sends now go to the key before
+    /// them, oldest first, with when, why and when they are tried again (readiness detail; never a key).
+    public func keysInFallback() -> [APNsKeyFallbacks.Refusal] {
+        keyFallbacks.withLock { $0.refusals }
+    }
 
     /// Closes every pool: waiting callers fail with `.shutDown`, open streams finish.
     public func shutdown() async {
@@ -619,11 +336,8 @@ public final class APNsClient: Sendable {
 
     // MARK: Helpers
 
-    private func pool(for request: APNsRequest, bundleID: String, environment: APNsEnvironment,
-                      chosen: APNsCredentials?) throws(APNsError) -> APNsConnectionPool {
-        guard let credentials = chosen ?? credentialsByBundleID[bundleID] ?? credentialsByBundleID[request.topic] ?? defaultCredentials else {
-            throw APNsError(code: .missingCredentials, message: "no APNs credentials for bundle ID \(bundleID)")
-        }
+    /// The pool of (`credentials`, `environment`), created on first use.
+    func pool(for credentials: APNsCredentials, environment: APNsEnvironment) -> APNsConnectionPool {
         let key = PoolKey(credentials: credentials.identity, environment: environment)
         return pools.withLock { pools in
             if let existing = pools[key] { return existing }
@@ -645,7 +359,7 @@ public final class APNsClient: Sendable {
 
     /// The HTTP/2 request: the headers of `APNsRequest.headers(providerToken:)` in the same order,
     /// built without intermediate arrays (this runs once per send).
-    private func makeRequest(_ request: APNsRequest, pool: APNsConnectionPool, authorization: String?) -> HTTP2Request {
+    func makeRequest(_ request: APNsRequest, pool: APNsConnectionPool, authorization: String?) -> HTTP2Request {
         var headers: [HTTP2Header] = []
         headers.reserveCapacity(7)
         headers.append(HTTP2Header("apns-topic", request.topic))
@@ -667,7 +381,7 @@ public final class APNsClient: Sendable {
         }
     }
 
-    private func record(_ response: APNsResponse) {
+    func record(_ response: APNsResponse) {
         metrics.increment("status_\(response.status)")
         guard let reason = response.reason else { return }
         metrics.increment("reason_\(reason.rawValue)")

@@ -15,7 +15,8 @@ import Synchronization
 /// `unprocessed`, `new_connection`, `provider_token_renewed` for immediate resends),
 /// `push_apns_circuit_state{environment}` (0 closed, 1 half-open, 2 open),
 /// `push_apns_provider_token_faults_total{reason}`, `push_apns_device_gates` (entries of the per-device
-/// gate map) and `push_apns_gated_device_tokens` (device tokens whose gate is closed or has someone in it).
+/// gate map), `push_apns_gated_device_tokens` (device tokens whose gate is closed or has someone in it)
+/// and `push_apns_key_fallbacks_total{key_id}` (sends that went to the fallback key, by the refused key).
 ///
 /// Snapshot names: `requests`, `attempts`, `retries`, `unprocessed_resends`, `timeouts`,
 /// `connection_errors`, `no_connection`, `connections_opened`, `connect_failures`, `dns_lookups`,
@@ -40,6 +41,7 @@ public final class APNsClientMetrics: Sendable {
     let providerTokenFaults: Counter
     let deviceGates: Gauge
     let gatedDeviceTokens: Gauge
+    let keyFallbacks: Counter
 
     private final class HotCounters: Sendable {
         let requests = Atomic<Int>(0)
@@ -68,6 +70,9 @@ public final class APNsClientMetrics: Sendable {
             "push_apns_provider_token_faults_total", help: "Provider-token faults (our credentials or clock, never the device)",
             labelNames: ["reason"])
         deviceGates = registry.gauge("push_apns_device_gates", help: "Device tokens in the per-device gate map (bounded, least recently used evicted)")
+        keyFallbacks = registry.counter(
+            "push_apns_key_fallbacks_total", help: "Sends that went to the fallback key because APNs refused the key being rotated in",
+            labelNames: ["key_id"])
         gatedDeviceTokens = registry.gauge(
             "push_apns_gated_device_tokens", help: "Device tokens whose notifications go one at a time behind a backoff (429 TooManyRequests, stream timeouts)")
     }

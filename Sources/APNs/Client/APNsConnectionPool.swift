@@ -13,6 +13,8 @@ final class PooledConnection: @unchecked Sendable {
     let slot: Int
     let connection: HTTP2Connection
     let address: String
+    /// When it was opened (monotonic ms, `APNsConnectionPool.monotonicMilliseconds()`).
+    let openedAt = APNsConnectionPool.monotonicMilliseconds()
     /// Fired when the connection must be replaced (GOAWAY, closed, retired).
     let ended = OneShot()
     /// Streams we opened and that have not finished yet.
@@ -21,10 +23,8 @@ final class PooledConnection: @unchecked Sendable {
     var trusted: Bool
     /// No new streams: GOAWAY received, closed or retired.
     var retired = false
-    /// The JWT this connection sends and when it started sending it (seconds since the epoch, on
-    /// the token cache's clock).
-    var jwt: APNsJWT?
-    var jwtInstalledAt: Int64 = 0
+    /// The JWT this connection sends and the rules for changing it (times on the token cache's clock).
+    var providerToken = APNsConnectionProviderToken()
     /// `bearer <jwt>`, built once per JWT.
     var authorization: String = ""
     var lastActivity: ContinuousClock.Instant
@@ -78,6 +78,12 @@ final class APNsConnectionPool: Sendable {
         var nextConnectionID = 0
         var started = false
         var shutDown = false
+        /// Counts starts: a slot task of an earlier start (closed while idle) installs nothing.
+        var generation = 0
+        /// The last time a caller asked for a stream (the idle close's clock).
+        var lastUse: ContinuousClock.Instant = .now
+        /// When `TopicDisallowed` replaces the connections.
+        var topicScope = APNsTopicScopeRefresh()
 
         var waiting: Int { waiters.count }
 
@@ -293,8 +299,31 @@ final class APNsConnectionPool: Sendable {
     /// Retires every connection that sends `jwt` (APNs refused it as expired): the retry goes out on
     /// a new connection with the renewed token.
     func retireConnections(using jwt: APNsJWT) {
-        let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.jwt == jwt && !$0.retired } }
+        let using = state.withLock { state in state.slots.compactMap { $0 }.filter { $0.providerToken.current == jwt && !$0.retired } }
         for connection in using { retire(connection, cause: "expired_provider_token", because: "APNs refused its JWT as expired (ExpiredProviderToken)") }
+    }
+
+    /// After 400 `TopicDisallowed` on `connection`: ``APNsTopicScopeRefresh``'s decision, performed.
+    /// True: the answering connection and every one opened before the moment are retired, and the
+    /// send retries on a new one. False: the answer is final.
+    /// Certificate connections never: a certificate's topics are in the certificate (§5).
+    func replaceConnectionsForTopic(answeredOn connection: PooledConnection) -> Bool {
+        guard credentials.providerTokens != nil else { return false }
+        let now = Self.monotonicMilliseconds()
+        let (retry, stale) = state.withLock { state -> (Bool, [PooledConnection]) in
+            switch state.topicScope.topicDisallowed(connectionOpenedAt: connection.openedAt, now: now) {
+            case .final:
+                return (false, [])
+            case .retryOnNewConnection(let before):
+                guard let before else { return (true, []) }
+                return (true, state.slots.compactMap { $0 }.filter { !$0.retired && $0 !== connection && $0.openedAt < before })
+            }
+        }
+        guard retry else { return false }
+        let why = "APNs answered TopicDisallowed: connections opened before may predate the key's topics"
+        retire(connection, cause: "topic_disallowed", because: why)
+        for other in stale { retire(other, cause: "topic_disallowed", because: why) }
+        return true
     }
 
     /// A stream on `connection`, started at `started`, got no answer within the request timeout. When
@@ -375,40 +404,55 @@ final class APNsConnectionPool: Sendable {
 
     // MARK: Provider tokens per connection
 
-    /// Age at which a connection moves to the shared JWT's successor (once it held its JWT for 20 min).
-    static let switchAge: Int64 = 45 * 60
-    /// A connection takes only a JWT at most this old, so that it can keep it for the 20 minutes
-    /// Apple requires between changes and still switch before the 60-minute limit.
-    static let maximumInstallAge: Duration = .seconds(30 * 60)
-    /// A JWT this old is never sent (APNs refuses at 60 minutes).
-    static let unusableAge: Int64 = 57 * 60
-
-    /// What to send as `authorization` on `connection` now, following Apple's rules per connection: one JWT per
-    /// (team, key) shared by all connections; never a change within 20 minutes of the previous one
-    /// on the same connection; never one older than ``unusableAge``. Returns `.retireConnection` when the
-    /// connection must be retired because no JWT satisfies both rules (only after a clock jump).
+    /// What to send as `authorization` on `connection` now: ``APNsConnectionProviderToken``'s decision,
+    /// performed (the shared JWT taken from the credentials' cache when the connection needs one).
+    /// Returns `.retireConnection` when no JWT satisfies Apple's rules on this connection (only after
+    /// a clock jump).
     /// - Throws: `APNsError` `.signingFailed`.
     func providerToken(for connection: PooledConnection) throws(APNsError) -> ProviderTokenChoice {
         guard let cache = credentials.providerTokens else { return .certificate }
         let now = cache.nowSeconds
         return try state.withLock { _ throws(APNsError) -> ProviderTokenChoice in
-            let minimum = APNsProviderTokenCache.minimumRefreshInterval.components.seconds
-            if let current = connection.jwt {
-                let age = current.age(atSeconds: now)
-                let held = now - connection.jwtInstalledAt
-                if age < Self.switchAge && age >= -300 { return .send(current, authorization: connection.authorization) }
-                guard held >= minimum else {
-                    return age < Self.unusableAge ? .send(current, authorization: connection.authorization) : .retireConnection
+            switch connection.providerToken.decide(now: now) {
+            case .keep(let jwt):
+                return .send(jwt, authorization: connection.authorization)
+            case .retireConnection:
+                return .retireConnection
+            case .takeShared(let maximumAge):
+                let fresh = try cache.currentToken(maximumAge: maximumAge)
+                if connection.providerToken.current != fresh || connection.authorization.isEmpty {
+                    if connection.providerToken.install(fresh, now: now) { metrics.increment("provider_token_changes") }
+                    connection.authorization = "bearer " + fresh.token
                 }
+                return .send(fresh, authorization: connection.authorization)
             }
-            let fresh = try cache.currentToken(maximumAge: Self.maximumInstallAge)
-            if fresh != connection.jwt {
-                if connection.jwt != nil { metrics.increment("provider_token_changes") }
-                connection.jwt = fresh
-                connection.jwtInstalledAt = now
-                connection.authorization = "bearer " + fresh.token
-            }
-            return .send(fresh, authorization: connection.authorization)
+        }
+    }
+
+    /// After 429 `TooManyProviderTokenUpdates` to `rejected` on `connection`: the connection sends its
+    /// previous JWT again while it is valid (``APNsConnectionProviderToken/refusedChange(to:now:)``),
+    /// or is retired when there is none to go back to.
+    func restorePreviousProviderToken(on connection: PooledConnection, rejected: APNsJWT) {
+        guard let cache = credentials.providerTokens else { return }
+        let now = cache.nowSeconds
+        let restored = state.withLock { _ -> APNsJWT?? in
+            guard connection.providerToken.current == rejected else { return .some(nil) }  // gone back already
+            guard connection.providerToken.refusedChange(to: rejected, now: now), let current = connection.providerToken.current
+            else { return .none }
+            connection.authorization = "bearer " + current.token
+            return .some(current)
+        }
+        switch restored {
+        case .none:
+            retire(connection, cause: "provider_token_update_refused",
+                   because: "APNs refused its JWT change (TooManyProviderTokenUpdates) and its previous JWT is no longer valid")
+        case .some(let previous?):
+            metrics.increment("provider_token_restores")
+            logger.warning("APNs refused a JWT change on a connection (TooManyProviderTokenUpdates): it sends its previous JWT until that expires", [
+                "connection": "\(connection.id)", "restored_iat": "\(previous.issuedAt)", "refused_iat": "\(rejected.issuedAt)",
+            ])
+        case .some(nil):
+            break
         }
     }
 
@@ -425,16 +469,18 @@ final class APNsConnectionPool: Sendable {
     // MARK: Lifecycle
 
     private func startIfNeeded() {
-        let start = state.withLock { state -> Bool in
-            guard !state.started, !state.shutDown else { return false }
+        let generation = state.withLock { state -> Int? in
+            state.lastUse = .now
+            guard !state.started, !state.shutDown else { return nil }
             state.started = true
-            return true
+            state.generation += 1
+            return state.generation
         }
-        guard start else { return }
+        guard let generation else { return }
         let count = max(1, configuration.connectionsPerPool)
         var started: [Task<Void, Never>] = []
         for slot in 0..<count {
-            started.append(Task { await self.runSlot(slot) })
+            started.append(Task { await self.runSlot(slot, generation: generation) })
         }
         started.append(Task { await self.runHealthChecks() })
         tasks.withLock { $0 += started }
@@ -462,8 +508,9 @@ final class APNsConnectionPool: Sendable {
         for task in running { await task.value }
     }
 
-    /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat.
-    private func runSlot(_ slot: Int) async {
+    /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat; until the
+    /// pool shuts down or closes while idle (a later `generation` starts afresh).
+    private func runSlot(_ slot: Int, generation: Int) async {
         if slot > 0 {
             // Stagger the opens (forum 778909: "stagger connection opens by a few seconds").
             try? await Task.sleep(for: configuration.connectStagger * slot)
@@ -485,7 +532,7 @@ final class APNsConnectionPool: Sendable {
                 continue
             }
             let installed = state.withLock { state -> Bool in
-                guard !state.shutDown else { return false }
+                guard !state.shutDown, state.started, state.generation == generation else { return false }
                 state.slots[slot] = connection
                 return true
             }
@@ -572,6 +619,7 @@ final class APNsConnectionPool: Sendable {
                 lastCertificateCheck = .now
                 checkCertificateExpiry()
             }
+            if closeIfIdle() { return }
             let idle = state.withLock { state -> [PooledConnection] in
                 let now = ContinuousClock.now
                 var due: [PooledConnection] = []
@@ -599,6 +647,39 @@ final class APNsConnectionPool: Sendable {
             }
             try? await Task.sleep(for: configuration.healthCheckInterval)
         }
+    }
+
+    /// Closes the pool's connections when nobody asked for a stream for `idleCloseAfter` and none is in
+    /// flight or awaited: its slot and health tasks end, and the next ``acquire(waitingAtMost:)``
+    /// starts them again (a new generation), opening connections lazily. Returns whether it closed.
+    private func closeIfIdle() -> Bool {
+        let after = configuration.idleCloseAfter
+        guard after > .zero else { return false }
+        let closed = state.withLock { state -> [PooledConnection]? in
+            guard state.started, !state.shutDown, state.waiting == 0, state.lastUse.duration(to: .now) >= after,
+                  state.slots.allSatisfy({ ($0?.inFlight ?? 0) == 0 })
+            else { return nil }
+            state.started = false
+            let connections = state.slots.compactMap { $0 }
+            for index in state.slots.indices { state.slots[index] = nil }
+            return connections
+        }
+        guard let closed else { return false }
+        metrics.increment("pools_closed_idle")
+        logger.info("APNs pool idle: its connections close and reopen on the next send", [
+            "idle_ms": "\(after.wholeMilliseconds)", "connections": "\(closed.count)",
+        ])
+        // Each slot task closes its retired connection gracefully, then ends (cancelled; nobody awaits
+        // them here), as does this health task once it returns.
+        for connection in closed {
+            retire(connection, cause: "idle", because: "no send for \(after.wholeMilliseconds) ms")
+        }
+        let running = tasks.withLock { tasks in
+            defer { tasks.removeAll() }
+            return tasks
+        }
+        for task in running { task.cancel() }
+        return true
     }
 
     private func ping(_ connection: PooledConnection) async {

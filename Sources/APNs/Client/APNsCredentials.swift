@@ -27,6 +27,17 @@ public enum APNsCredentials: Sendable {
         }
     }
 
+    /// The Key ID of token credentials, the certificate's label otherwise (the `key_id` metric label).
+    var keyID: String {
+        switch self {
+        case .token(let cache): cache.keyID
+        case .certificate: label
+        }
+    }
+
+    /// The Team ID of token credentials; empty for a certificate.
+    var teamID: String { providerTokens?.teamID ?? "" }
+
     var providerTokens: APNsProviderTokenCache? {
         if case .token(let cache) = self { return cache }
         return nil

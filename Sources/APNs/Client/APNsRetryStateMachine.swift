@@ -21,6 +21,8 @@ import ServiceCore
 /// - 429 `TooManyProviderTokenUpdates`: a provider fault; the JWT is kept, retried after
 ///   ``Policy/providerTokenUpdateDelay`` within the deadline.
 /// - 403 `InvalidProviderToken` and the other credential reasons: provider faults, final.
+/// - 400 `TopicDisallowed`: once, at once, on a new connection (when the pool allows it, see
+///   ``APNsTopicScopeRefresh``); a second is final.
 /// - An open circuit breaker: wait as it says; no attempt is spent.
 public struct APNsRetryStateMachine: Sendable {
     /// Timings and limits.
@@ -70,6 +72,13 @@ public struct APNsRetryStateMachine: Sendable {
         case retire
         /// Retire the connection and start a new one with a freshly minted JWT replacing the refused one.
         case retireAndRenewProviderToken
+        /// 400 `TopicDisallowed`: a connection opened before a topic-scoped key gained the bundle ID
+        /// may refuse it; retry once on a connection opened since (``APNsTopicScopeRefresh``), or
+        /// stop with the answer when the pool says it is final.
+        case newConnectionForTopic
+        /// APNs refused the connection's change of JWT: it goes back to the JWT it sent before while
+        /// that is valid, else it is retired (``APNsConnectionProviderToken/refusedChange(to:now:)``).
+        case restorePreviousProviderToken
     }
 
     /// Why the machine stopped without success.
@@ -106,6 +115,8 @@ public struct APNsRetryStateMachine: Sendable {
     public private(set) var failures = 0
     /// Resends of streams APNs did not process.
     public private(set) var unprocessedResends = 0
+    /// Whether the one `TopicDisallowed` retry was spent.
+    public private(set) var retriedTopicDisallowed = false
     /// Whether the one `ExpiredProviderToken` retry was spent.
     public private(set) var renewedProviderToken = false
     /// 429 `TooManyRequests` answers so far (the device token's hold grows with them).
@@ -161,6 +172,10 @@ public struct APNsRetryStateMachine: Sendable {
         if let reason, reason.isProviderTokenFault, reason != .expiredProviderToken, reason != .tooManyProviderTokenUpdates {
             return stop(.providerTokenFault, event)
         }
+        if status == 400, reason == .topicDisallowed, !retriedTopicDisallowed {
+            retriedTopicDisallowed = true
+            return retry(after: .zero, reason: nil, change: .newConnectionForTopic, event, now: now)
+        }
         switch APNsReason.action(forStatus: status, reason: reason) {
         case .deactivateToken, .reject:
             return stop(.final, event)
@@ -175,7 +190,7 @@ public struct APNsRetryStateMachine: Sendable {
             renewedProviderToken = true
             return retry(after: .zero, reason: nil, change: .retireAndRenewProviderToken, event, now: now)
         case .retryAfterDelayKeepingJWT:
-            return retry(after: policy.providerTokenUpdateDelay, reason: .providerToken, change: .none, event, now: now)
+            return retry(after: policy.providerTokenUpdateDelay, reason: .providerToken, change: .restorePreviousProviderToken, event, now: now)
         case .backOffDeviceToken:
             tooManyRequestsStrikes += 1
             let exponent = min(tooManyRequestsStrikes - 1, 20)
@@ -215,11 +230,11 @@ extension APNsReason {
     /// Apple's reasons that blame the provider's credentials (token or certificate), never the device
     /// (docs/apns-protocol.md §3, §4): 403 `InvalidProviderToken`, `ExpiredProviderToken`,
     /// `MissingProviderToken`, `BadCertificate`, `BadCertificateEnvironment`, `UnrelatedKeyIdInToken`,
-    /// `BadEnvironmentKeyIdInToken` and 429 `TooManyProviderTokenUpdates`.
+    /// `BadEnvironmentKeyIdInToken` (either spelling) and 429 `TooManyProviderTokenUpdates`.
     public var isProviderTokenFault: Bool {
         switch self {
         case .invalidProviderToken, .expiredProviderToken, .missingProviderToken, .tooManyProviderTokenUpdates,
-             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+             .badCertificate, .badCertificateEnvironment, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
             true
         default:
             false
