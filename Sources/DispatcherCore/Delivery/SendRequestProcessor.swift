@@ -54,6 +54,9 @@ public final class SendRequestProcessor: Sendable {
     let tokensLoader: Batcher<[String], [String: StoredToken]>
     /// Cancels known to this process (the cancel check of every source's admission).
     let cancellations: CampaignCancellations
+    /// The APNs credentials registry: the key of every send (`send(_:bundleID:environment:options:)`);
+    /// nil leaves the choice to the client's own map.
+    let credentials: CredentialsStore?
 
     /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
     /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
@@ -68,11 +71,14 @@ public final class SendRequestProcessor: Sendable {
     ///   `BadDeviceToken` (docs/semantics.md "The other environment after BadDeviceToken"); default none.
     /// - Parameter cancellations: the process-wide cancels, checked before every send of every source
     ///   (`CancelCheckPolicy`); default an empty set of this processor's own.
+    /// - Parameter credentials: the APNs credentials registry that chooses each send's key; nil (the
+    ///   default) leaves it to the client.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
                 monitor: DispatcherMonitor? = nil, otherEnvironmentRetry: OtherEnvironmentRetrySettings = OtherEnvironmentRetrySettings(),
-                cancellations: CampaignCancellations = CampaignCancellations()) {
+                cancellations: CampaignCancellations = CampaignCancellations(), credentials: CredentialsStore? = nil) {
         self.cancellations = cancellations
+        self.credentials = credentials
         self.monitor = monitor
         self.otherEnvironmentRetry = otherEnvironmentRetry
         self.budget = AsyncSemaphore(permits: maxInFlight)
