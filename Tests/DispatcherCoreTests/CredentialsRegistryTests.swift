@@ -1,3 +1,4 @@
+import APNsKeyRegistry
 import DispatcherCore
 import Foundation
 import PushDomain

@@ -1,4 +1,5 @@
 import APNs
+import APNsKeyRegistry
 import APNsSimulator
 import Foundation
 import Kafka

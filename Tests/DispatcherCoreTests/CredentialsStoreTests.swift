@@ -1,4 +1,5 @@
 import APNs
+import APNsKeyRegistry
 import DispatcherCore
 import Foundation
 import PushTestSupport

@@ -1,3 +1,4 @@
+import APNsKeyRegistry
 import Kafka
 import PushDomain
 

@@ -1,5 +1,6 @@
 import AdminHTTP
 import APNs
+import APNsKeyRegistry
 import Foundation
 import Kafka
 import ServiceCore

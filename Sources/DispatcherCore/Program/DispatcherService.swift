@@ -1,4 +1,5 @@
 import APNs
+import APNsKeyRegistry
 import DispatcherStatus
 import Kafka
 import Postgres

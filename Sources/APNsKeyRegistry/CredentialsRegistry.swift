@@ -158,17 +158,22 @@ public struct CredentialsRegistry: Sendable, Equatable {
     ///   every active key scoped elsewhere).
     public func route(bundleID: String, environment: APNsEnvironment, now: Date) -> Route {
         guard let app = app(for: bundleID) else { return .refused("no entry of \(source) matches bundle id \(bundleID)") }
-        let active = app.keys.filter { $0.activatesAt <= now }
-        guard !active.isEmpty else {
-            let first = app.keys.map(\.activatesAt).min().map { " before \($0)" } ?? ""
+        // Keys are in activation order: walk back from the newest, without allocating (once per send).
+        var current: Key?
+        var anyActive = false
+        for key in app.keys.reversed() where key.activatesAt <= now {
+            anyActive = true
+            guard key.admits(bundleID: bundleID, environment: environment) else { continue }
+            if let current { return .key(current, fallback: key) }
+            current = key
+        }
+        if let current { return .key(current, fallback: nil) }
+        guard anyActive else {
+            let first = app.keys.first.map { " before \($0.activatesAt)" } ?? ""
             return .refused("no key of \(app.entry) in \(source) is active\(first)")
         }
-        let inScope = active.filter { $0.admits(bundleID: bundleID, environment: environment) }
-        guard let current = inScope.last else {
-            let scopes = active.map { "\($0.identity): \($0.scopeDescription)" }.joined(separator: "; ")
-            return .refused("bundle id \(bundleID) in \(environment.rawValue) is outside the scope of every active key of \(app.entry) in \(source) (\(scopes))")
-        }
-        return .key(current, fallback: inScope.dropLast().last)
+        let scopes = app.keys.filter { $0.activatesAt <= now }.map { "\($0.identity): \($0.scopeDescription)" }.joined(separator: "; ")
+        return .refused("bundle id \(bundleID) in \(environment.rawValue) is outside the scope of every active key of \(app.entry) in \(source) (\(scopes))")
     }
 
     /// Every key entry, in the file's order.

@@ -1,3 +1,4 @@
+import APNsKeyRegistry
 import ServiceCore
 
 /// Re-reads the credentials file on SIGHUP and when it changes (`FileReloadWatch`, checked every
