@@ -6,10 +6,11 @@ import Postgres
 import ServiceCore
 
 /// The dispatcher as a `Service`: its PostgreSQL pool, Kafka producer and APNs client are opened in
-/// `run(shutdown:)`, in that order, and run with the topic watch and the dispatcher's sources as a
-/// nested `ServiceGroup` that stops in reverse start order: the sources first (all at once: records
-/// finished, offsets stored, consumer closed, campaigns and re-drives drained), then the topic watch,
-/// the APNs client, the producer (flushed) and the pool. See docs/lifecycle.md and
+/// `run(shutdown:)`, in that order, and run with the topic watch, the credentials file's reload and the
+/// dispatcher's sources as a nested `ServiceGroup` that stops in reverse start order: the sources first
+/// (all at once: records finished, offsets stored, consumer closed, campaigns and re-drives drained),
+/// then the credentials reload, the topic watch, the APNs client, the producer (flushed) and the pool.
+/// See docs/lifecycle.md and
 /// docs/dispatcher-engine.md.
 public struct DispatcherService: Service {
     /// Everything the service needs; executables fill it from the environment.
