@@ -7,8 +7,8 @@ import ServiceCore
 
 extension APNsSimulator {
     /// A provider-token key the simulator trusts: Apple's Key ID, the team that owns it, its public
-    /// key and, for keys restricted to one environment, that environment (docs/apns-protocol.md §4
-    /// "Key scope").
+    /// key and its scope: for keys restricted to one environment, that environment; for
+    /// topic-specific keys, their bundle IDs (docs/apns-protocol.md §4 "Key scope").
     public struct TrustedKey: Sendable {
         /// The 10-character Key ID (`kid`).
         public var keyID: String
@@ -19,13 +19,18 @@ extension APNsSimulator {
         /// The only environment this key works in; nil = both. A token signed with it on the other
         /// environment's listener gets 403 `BadEnvironmentKeyIdInToken`.
         public var environment: APNsEnvironment?
+        /// The bundle IDs a topic-specific key covers; nil = every topic of its team. A connection
+        /// keeps the list it saw at its first push: a push on it to another bundle ID gets 400
+        /// `TopicDisallowed`, even after the list grew (only new connections see a new bundle ID).
+        public var topics: [String]?
 
         /// Creates a trusted key.
-        public init(keyID: String, teamID: String, publicKeyPEM: String, environment: APNsEnvironment? = nil) {
+        public init(keyID: String, teamID: String, publicKeyPEM: String, environment: APNsEnvironment? = nil, topics: [String]? = nil) {
             self.keyID = keyID
             self.teamID = teamID
             self.publicKeyPEM = publicKeyPEM
             self.environment = environment
+            self.topics = topics
         }
     }
 
@@ -116,6 +121,9 @@ extension APNsSimulator {
         public var invalidations: [TokenInvalidation] = []
         /// How many received requests the admin API keeps, oldest dropped first. Default 10,000.
         public var recordLimit: Int = 10_000
+        /// Broadcast channels one app may have per environment (Apple: 10,000; `PUSH_SIM_CHANNEL_LIMIT`).
+        /// Past it, creating one gets 400 `CannotCreateChannelConfig`.
+        public var channelLimit: Int = 10_000
         /// SETTINGS_MAX_CONCURRENT_STREAMS of a new connection, until it is trusted. Default 1, as
         /// APNs does with token auth (docs/apns-protocol.md §6).
         public var initialMaxConcurrentStreams: UInt32 = 1
@@ -200,9 +208,9 @@ extension APNsSimulator.TokenInvalidation {
 }
 
 extension APNsSimulator.TrustedKey {
-    /// Parses `KEYID:TEAMID:/path/to/public-key.pem[:sandbox|:production]` entries separated by
-    /// commas (the `PUSH_SIM_KEYS` format), reading each file. The optional suffix restricts the key
-    /// to one environment.
+    /// Parses `KEYID:TEAMID:/path/to/public-key.pem[:sandbox|:production][:topics=ID+ID…]` entries
+    /// separated by commas (the `PUSH_SIM_KEYS` format), reading each file. The optional suffixes
+    /// restrict the key to one environment and to the listed bundle IDs (joined by `+`).
     /// - Throws: `APNsSimulatorError` `.invalidKey` naming the entry that is malformed or whose file
     ///   cannot be read.
     public static func parseList(_ text: String) throws(APNsSimulatorError) -> [APNsSimulator.TrustedKey] {
@@ -212,6 +220,15 @@ extension APNsSimulator.TrustedKey {
                 throw APNsSimulatorError(.invalidKey, "trusted key \"\(entry)\": expected KEYID:TEAMID:/path/to/public-key.pem")
             }
             var path = parts[2]
+            var topics: [String]?
+            if let marker = path.range(of: ":topics=", options: .backwards) {
+                let list = path[marker.upperBound...].split(separator: "+").map(String.init)
+                guard !list.isEmpty else {
+                    throw APNsSimulatorError(.invalidKey, "trusted key \(parts[0]): \":topics=\" lists no bundle ID")
+                }
+                topics = list
+                path = String(path[..<marker.lowerBound])
+            }
             var environment: APNsEnvironment?
             for candidate in APNsEnvironment.allCases where path.hasSuffix(":" + candidate.rawValue) {
                 environment = candidate
@@ -220,7 +237,7 @@ extension APNsSimulator.TrustedKey {
             guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
                 throw APNsSimulatorError(.invalidKey, "trusted key \(parts[0]): cannot read \(path)")
             }
-            return APNsSimulator.TrustedKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, environment: environment)
+            return APNsSimulator.TrustedKey(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, environment: environment, topics: topics)
         }
     }
 }

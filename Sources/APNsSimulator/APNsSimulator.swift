@@ -16,6 +16,12 @@ import ServiceCore
 /// first request (certificate auth). Faults (``APNsSimulatorFaults``) are injected on demand. Time
 /// comes from the configured `WallClock`.
 ///
+/// The same listeners also serve Apple's broadcast-channel APIs (§8): channel management
+/// (`/1/apps/<bundle id>/channels`, `/all-channels`) and broadcast sends
+/// (`/4/broadcasts/apps/<bundle id>`), with the per-app quota (`Configuration.channelLimit`) and a
+/// subscriber count per channel (``SimulatorChannels``); Apple serves them on other hosts and ports,
+/// which clients take as settings.
+///
 /// Start it in-process (ports 0 pick free ports) or run the `apns-simulator` executable.
 ///
 /// ## Admin API
@@ -51,8 +57,18 @@ import ServiceCore
 /// - `POST /admin/tokens/unregistered` with `{"token","timestamp_ms"?,"reason"?:"Unregistered"|
 ///   "ExpiredToken","bundle_id"?}` → 410 for that token with `timestamp` (default: now).
 /// - `GET /admin/connections` → `{"connections":[{"environment","connection","remote","auth":"token"|
-///   "certificate","streams","trusted","max_concurrent_streams","key_id"?,"team_id"?,
-///   "certificate_subject"?,"certificate_topics"?}]}` (connections that sent a request).
+///   "certificate","streams","trusted","max_concurrent_streams","key_id"?,"team_id"?,"key_topics"?,
+///   "certificate_subject"?,"certificate_topics"?}]}` (connections that sent a request; the key and
+///   team bound by the first push, and the bundle IDs of a topic-specific key as bound then).
+/// - `GET /admin/channels` → `{"channels":[{"channel_id","bundle_id","environment",
+///   "message_storage_policy","subscribers","broadcasts","created_at_ms"}]}`, oldest first.
+/// - `PUT /admin/channels/subscribers` with `{"channel_id","subscribers":n}`: the devices one broadcast
+///   to that channel reaches (counted in the counter `broadcast_reached`).
+/// - `PUT /admin/broadcast` with `{"bundle_id","enabled":false|true}`: broadcast off for an app
+///   (its channel and broadcast requests get `FeatureNotEnabled`).
+/// - `PUT /admin/keys/topics` with `{"key_id","topics":["<bundle id>",…]|null}` → the key's new
+///   topic scope (null: every topic of its team). Connections that already pushed keep the scope
+///   they bound; new connections bind the new one.
 /// - `POST /admin/connections/goaway` with optional `{"environment","connection","reason","error_code"}`
 ///   → GOAWAY with `{"reason":…}` debug data (default `Shutdown`, NO_ERROR); returns the ids.
 /// - `POST /admin/connections/drop` with optional `{"environment","connection"}` → TCP close without

@@ -426,6 +426,21 @@ struct JSONReader {
         return result
     }
 
+    mutating func bool(_ key: String) throws(APNsSimulatorError) -> Bool? {
+        guard let raw = value(key) else { return nil }
+        guard case .bool(let result) = raw else { throw fail(key, "true or false") }
+        return result
+    }
+
+    mutating func strings(_ key: String) throws(APNsSimulatorError) -> [String]? {
+        guard let raw = value(key) else { return nil }
+        guard case .array(let items) = raw else { throw fail(key, "an array of strings") }
+        return try items.map { item throws(APNsSimulatorError) in
+            guard case .string(let text) = item else { throw fail(key, "an array of strings") }
+            return text
+        }
+    }
+
     mutating func string(_ key: String) throws(APNsSimulatorError) -> String? {
         guard let raw = value(key) else { return nil }
         guard case .string(let result) = raw else { throw fail(key, "a string") }

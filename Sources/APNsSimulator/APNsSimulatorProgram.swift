@@ -13,7 +13,8 @@ public enum APNsSimulatorProgram {
 
         Serves Apple's APNs provider API (HTTP/2 over TLS) on PUSH_SIM_PRODUCTION_PORT and
         PUSH_SIM_SANDBOX_PORT, with a development-only, unauthenticated admin API on PUSH_SIM_ADMIN_PORT
-        (faults, tokens, records, clock). PUSH_SIM_KEYS: KEYID:TEAMID:/path/pub.pem[:sandbox|:production],…
+        (faults, tokens, records, clock, key topics).
+        PUSH_SIM_KEYS: KEYID:TEAMID:/path/pub.pem[:sandbox|:production][:topics=ID+ID…],…
         PUSH_SIM_CLIENT_CA_FILE enables certificate authentication; PUSH_SIM_CONFIG_FILE (JSON) sets
         faults, tokens and unregistered tokens; PUSH_SIM_CLOCK_OFFSET_MS moves its clock. The metrics
         admin port (PUSH_ADMIN_PORT) serves /metrics, /healthz and /readyz.
@@ -46,6 +47,7 @@ public enum APNsSimulatorProgram {
             try env.fail("PUSH_SIM_CLIENT_CA_FILE", "cannot read \(caFile)")
         }
         configuration.recordLimit = try env.int("PUSH_SIM_RECORD_LIMIT", default: 10_000, in: 1...Int.max)
+        configuration.channelLimit = try env.int("PUSH_SIM_CHANNEL_LIMIT", default: configuration.channelLimit, in: 1...10_000_000)
         configuration.eventLoopCount = try env.int("PUSH_SIM_EVENT_LOOPS", default: configuration.eventLoopCount, in: 1...Int.max)
         configuration.initialMaxConcurrentStreams = UInt32(
             clamping: try env.int("PUSH_SIM_INITIAL_MAX_CONCURRENT_STREAMS", default: 1, in: 1...Int.max))

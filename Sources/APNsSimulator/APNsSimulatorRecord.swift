@@ -121,8 +121,8 @@ final class Recorder: Sendable {
     }
 
     /// Counts an event that has no request record (`goaway`, `dropped`).
-    func count(_ counter: String) {
-        state.withLock { $0.counters[counter, default: 0] += 1 }
+    func count(_ counter: String, by amount: Int = 1) {
+        state.withLock { $0.counters[counter, default: 0] += amount }
     }
 
     /// The kept records, oldest first.

@@ -62,6 +62,29 @@ struct AdminAPI: Sendable {
                 try state.invalidate(invalidation)
                 return ok(["token": .string(invalidation.token.lowercased()), "timestamp_ms": .integer(invalidation.timestampMilliseconds),
                            "reason": .string(invalidation.reason.rawValue)])
+            case ("PUT", "/admin/keys/topics"):
+                var reader = JSONReader(try body(request), path: "body")
+                guard let keyID = try reader.string("key_id") else { return error(400, "body.key_id: required") }
+                let topics = try reader.strings("topics")
+                try reader.finish()
+                try state.setTopics(topics, forKey: keyID)
+                return ok(["key_id": .string(keyID), "topics": topics.map(JSONValue.strings) ?? .null])
+            case ("GET", "/admin/channels"):
+                return ok(["channels": state.channelsJSON()])
+            case ("PUT", "/admin/channels/subscribers"):
+                var reader = JSONReader(try body(request), path: "body")
+                guard let channelID = try reader.string("channel_id") else { return error(400, "body.channel_id: required") }
+                guard let count = try reader.int("subscribers", range: 0...Int.max) else { return error(400, "body.subscribers: required") }
+                try reader.finish()
+                try state.setSubscribers(count, channelID: channelID)
+                return ok(["channel_id": .string(channelID), "subscribers": .integer(count)])
+            case ("PUT", "/admin/broadcast"):
+                var reader = JSONReader(try body(request), path: "body")
+                guard let bundleID = try reader.string("bundle_id") else { return error(400, "body.bundle_id: required") }
+                guard let enabled = try reader.bool("enabled") else { return error(400, "body.enabled: required") }
+                try reader.finish()
+                state.setBroadcastEnabled(enabled, bundleID: bundleID)
+                return ok(["bundle_id": .string(bundleID), "enabled": .bool(enabled)])
             case ("GET", "/admin/connections"):
                 return ok(["connections": .array(state.connectionStates().map(describe))])
             case ("POST", "/admin/connections/goaway"):
@@ -119,7 +142,7 @@ struct AdminAPI: Sendable {
     }
 
     private func describe(_ connection: ConnectionState) -> JSONValue {
-        let fields = connection.fields.withLock { ($0.streams, $0.trusted, $0.limit, $0.boundKeyID, $0.verified?.issuer) }
+        let fields = connection.fields.withLock { ($0.streams, $0.trusted, $0.limit, $0.boundKeyID, $0.verified?.issuer, $0.boundTopics) }
         var object: [String: JSONValue] = [
             "environment": .string(connection.environment.rawValue), "connection": .integer(connection.connection.id),
             "remote": .string(connection.connection.remoteAddress),
@@ -128,6 +151,7 @@ struct AdminAPI: Sendable {
         ]
         if let keyID = fields.3 { object["key_id"] = .string(keyID) }
         if let team = fields.4 { object["team_id"] = .string(team) }
+        if let topics = fields.5 { object["key_topics"] = .strings(topics.sorted()) }
         if let certificate = connection.certificate {
             object["certificate_subject"] = .string(certificate.subject)
             object["certificate_topics"] = .strings(certificate.topics)

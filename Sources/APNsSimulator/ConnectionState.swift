@@ -27,6 +27,8 @@ final class ConnectionState: Sendable {
         var installedAtMilliseconds: Int64 = 0
         /// The Key ID bound by the first successful token check (`UnrelatedKeyIdInToken` after it).
         var boundKeyID: String?
+        /// The bundle IDs the bound key covered at the first push (topic-specific keys); nil = all.
+        var boundTopics: Set<String>?
         var rng = SplitMix64()
         var goAwaySent = false
         /// The highest stream id handed to the request handler so far.

@@ -41,6 +41,10 @@ final class SimulatorState: Sendable {
         var rateWindows: [String: (start: Int64, count: Int)] = [:]
         var connections: [UInt64: ConnectionState] = [:]
         var newConnectionsSincePurge = 0
+        /// The bundle IDs of topic-specific keys, by Key ID (changed through the admin API).
+        var keyTopics: [String: Set<String>] = [:]
+        /// Broadcast channels (channel-management and broadcast API).
+        var channels: SimulatorChannels
 
         var faults: APNsSimulatorFaults { box.faults }
 
@@ -51,6 +55,12 @@ final class SimulatorState: Sendable {
 
     let verifier: APNsJWTVerifier
     let keys: [String: TrustedKeyInfo]
+    /// The topic scopes at start (restored by `reset`).
+    let startKeyTopics: [String: Set<String>]
+    /// Channels one app may have per environment (restored by `reset` with the channels emptied).
+    let channelLimit: Int
+    /// True once any key has had a topic scope: only then does a push look at its connection's scope.
+    let topicScopesInUse: Atomic<Bool>
     let clock: any WallClock
     let initialMaxConcurrentStreams: UInt32
     let startFaults: APNsSimulatorFaults
@@ -66,7 +76,9 @@ final class SimulatorState: Sendable {
     init(configuration: APNsSimulator.Configuration) throws(APNsSimulatorError) {
         var publicKeys: [String: ES256PublicKey] = [:]
         var keys: [String: TrustedKeyInfo] = [:]
+        var keyTopics: [String: Set<String>] = [:]
         for key in configuration.trustedKeys {
+            if let topics = key.topics { keyTopics[key.keyID] = Set(topics) }
             do {
                 publicKeys[key.keyID] = try ES256PublicKey(pem: key.publicKeyPEM)
             } catch {
@@ -76,13 +88,17 @@ final class SimulatorState: Sendable {
         }
         verifier = APNsJWTVerifier(publicKeysByKeyID: publicKeys)
         self.keys = keys
+        startKeyTopics = keyTopics
+        channelLimit = configuration.channelLimit
+        topicScopesInUse = Atomic(!keyTopics.isEmpty)
         clock = configuration.clock
         initialMaxConcurrentStreams = configuration.initialMaxConcurrentStreams
         startFaults = configuration.faults
         startRegistrations = configuration.registrations
         startInvalidations = configuration.invalidations
         recorder = Recorder(limit: configuration.recordLimit)
-        var initial = Shared(box: FaultsBox(configuration.faults))
+        var initial = Shared(box: FaultsBox(configuration.faults), channels: SimulatorChannels(limit: configuration.channelLimit))
+        initial.keyTopics = keyTopics
         initial.updateRegistryInUse()  // a token rate limit set at start applies from the first push
         shared = Mutex(initial)
         for registration in startRegistrations { try register(registration) }
@@ -138,6 +154,8 @@ final class SimulatorState: Sendable {
             shared.registrations.removeAll()
             shared.invalidations.removeAll()
             shared.rateWindows.removeAll()
+            shared.keyTopics = startKeyTopics
+            shared.channels = SimulatorChannels(limit: channelLimit)
             shared.updateRegistryInUse()
         }
         for registration in startRegistrations { try? register(registration) }
@@ -176,7 +194,7 @@ final class SimulatorState: Sendable {
     // MARK: Device push
 
     /// Parsed `apns-*` and `authorization` fields of one request.
-    private struct Fields {
+    struct Fields {
         var authorization: String?
         var topic: String?
         var pushType: String?
@@ -184,6 +202,9 @@ final class SimulatorState: Sendable {
         var expiration: String?
         var apnsID: String?
         var collapseID: String?
+        /// Channel and broadcast API: `apns-channel-id`, `apns-request-id`.
+        var channelID: String?
+        var requestID: String?
         var duplicate = false
 
         init(_ headers: [HTTP2Header]) {
@@ -199,6 +220,8 @@ final class SimulatorState: Sendable {
                 case "apns-expiration": set(&expiration, header.value)
                 case "apns-id": set(&apnsID, header.value)
                 case "apns-collapse-id": set(&collapseID, header.value)
+                case "apns-channel-id": set(&channelID, header.value)
+                case "apns-request-id": set(&requestID, header.value)
                 default:
                     // Another header: repeated when an earlier one has its name (a handful of headers,
                     // so a scan beats allocating a set per request).
@@ -288,6 +311,17 @@ final class SimulatorState: Sendable {
         }
 
         let fields = Fields(request.headers)
+        if SimulatorChannels.handles(request.path) {
+            let (response, counter) = answerChannelRequest(
+                request, fields, connection, environment: environment, now: now, box: box, seed: apnsIDSeed, record: &record)
+            recorder.append(record, counter: counter)
+            if delay > 0 {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(delay))) { responder.respond(response) }
+            } else {
+                responder.respond(response)
+            }
+            return
+        }
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)
         if verdict.status == 200, !box.injectedShares.isEmpty {
             let draw = connection.fields.withLock { $0.rng.unit() }
@@ -419,6 +453,9 @@ final class SimulatorState: Sendable {
             guard certificate.topics.contains(topic), !type.requiresTokenAuthentication else { return .reject(.topicDisallowed) }
         } else if type.requiresCertificateAuthentication {
             return .reject(.topicDisallowed)
+        } else if topicScopesInUse.load(ordering: .relaxed),
+                  let scope = connection.fields.withLock({ $0.boundTopics }), !scope.contains(Self.bundleID(of: topic, type)) {
+            return .reject(.topicDisallowed)
         }
 
         var priority = 10
@@ -436,7 +473,7 @@ final class SimulatorState: Sendable {
         if request.body.count > type.maximumPayloadBytes { return .reject(.payloadTooLarge) }
 
         guard registryInUse else { return .ok }
-        let bundleID = type.topicSuffix.isEmpty ? topic : String(topic.dropLast(type.topicSuffix.utf8.count))
+        let bundleID = Self.bundleID(of: topic, type)
         return shared.withLock { shared -> Verdict in
             if let registration = shared.registrations[tokenHex] {
                 if registration.environment != environment { return .reject(.badDeviceToken) }
@@ -469,7 +506,7 @@ final class SimulatorState: Sendable {
     /// connection's JWT unless the current one was installed less than 20 minutes ago and has not
     /// expired (429 `TooManyProviderTokenUpdates`). The first accepted JWT binds its Key ID to the
     /// connection (`UnrelatedKeyIdInToken` for another).
-    private func checkProviderToken(
+    func checkProviderToken(
         _ authorization: String?, _ connection: ConnectionState, environment: APNsEnvironment, now: Int64,
         expiredThroughIat: Int64? = nil
     ) -> APNsReason? {
@@ -489,6 +526,7 @@ final class SimulatorState: Sendable {
         guard let verified = try? verifier.verify(String(jwt)) else { return .invalidProviderToken }
         guard let key = keys[verified.keyID], key.teamID == verified.issuer else { return .invalidProviderToken }
         if let restricted = key.environment, restricted != environment { return .badEnvironmentKeyIdInToken }
+        let scope = topicScopesInUse.load(ordering: .relaxed) ? shared.withLock { $0.keyTopics[verified.keyID] } : nil
         return connection.fields.withLock { fields -> APNsReason? in
             if let bound = fields.boundKeyID, bound != verified.keyID { return .unrelatedKeyIdInToken }
             if expired(verified) { return .expiredProviderToken }
@@ -500,9 +538,25 @@ final class SimulatorState: Sendable {
             fields.jwt = jwt
             fields.verified = verified
             fields.installedAtMilliseconds = now
+            if fields.boundKeyID == nil { fields.boundTopics = scope }  // the first push binds the key's topics
             fields.boundKeyID = verified.keyID
             return nil
         }
+    }
+
+    /// The bundle ID of `topic`: without the suffix `type` implies.
+    static func bundleID(of topic: String, _ type: APNsPushType) -> String {
+        type.topicSuffix.isEmpty ? topic : String(topic.dropLast(type.topicSuffix.utf8.count))
+    }
+
+    /// Sets the bundle IDs of a topic-specific key (nil: every topic of its team). Connections that
+    /// already pushed keep the list they bound; new connections bind this one (Apple: a newly added
+    /// bundle ID needs new connections; docs/apns-protocol.md §4).
+    /// - Throws: `APNsSimulatorError` `.invalidKey` when no trusted key has `keyID`.
+    func setTopics(_ topics: [String]?, forKey keyID: String) throws(APNsSimulatorError) {
+        guard keys[keyID] != nil else { throw APNsSimulatorError(.invalidKey, "no trusted key has Key ID \(keyID)") }
+        shared.withLock { $0.keyTopics[keyID] = topics.map(Set.init) }
+        if topics != nil { topicScopesInUse.store(true, ordering: .relaxed) }
     }
 
     /// Lowercase hex, even length, 64…512 digits: what `DeviceToken` would keep unchanged.

@@ -45,6 +45,16 @@ struct ScenarioTests {
         try await withSimulator { simulator, credentials in try await runScenario("key_binding", simulator, credentials) }
     }
 
+    @Test func topicSpecificKeysAndConnectionBinding() async throws {
+        try await withSimulator { simulator, credentials in try await runScenario("topic_scoped_keys", simulator, credentials) }
+    }
+
+    @Test func broadcastChannelsAndBroadcasts() async throws {
+        try await withSimulator(configure: { configuration, _ in configuration.channelLimit = 3 }) { simulator, credentials in
+            try await runScenario("broadcast_channels", simulator, credentials)
+        }
+    }
+
     @Test func tokenRegistryAndUnregisteredTokens() async throws {
         try await withSimulator { simulator, credentials in try await runScenario("token_registry", simulator, credentials) }
     }

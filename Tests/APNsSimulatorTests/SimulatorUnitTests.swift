@@ -161,14 +161,18 @@ private func * (text: String, count: Int) -> String { String(repeating: text, co
         #expect(APNsCertificateCredentials.topics(inCertificateDER: []) == [])
     }
 
-    @Test func trustedKeyListParsesEnvironmentSuffix() async throws {
+    @Test func trustedKeyListParsesEnvironmentAndTopicSuffixes() async throws {
         let credentials = try await Credentials.shared.value
         let keys = try credentials.trustedKeys()
-        #expect(keys.map(\.keyID) == ["KEY0000001", "KEY0000002", "KEY0000003"])
-        #expect(keys.map(\.environment) == [nil, nil, .production])
+        #expect(keys.map(\.keyID) == ["KEY0000001", "KEY0000002", "KEY0000003", "KEY0000004"])
+        #expect(keys.map(\.environment) == [nil, nil, .production, .sandbox])
+        #expect(keys.map(\.topics) == [nil, nil, nil, ["com.example.app", "com.example.scoped"]])
         #expect(keys.allSatisfy { $0.publicKeyPEM.contains("BEGIN PUBLIC KEY") })
+        let topicsOnly = try APNsSimulator.TrustedKey.parseList("KEY:TEAM:\(credentials.path("key4.pub.pem")):topics=com.a")
+        #expect(topicsOnly.map(\.topics) == [["com.a"]] && topicsOnly.map(\.environment) == [nil])
         #expect(throws: APNsSimulatorError.self) { try APNsSimulator.TrustedKey.parseList("KEY:TEAM") }
         #expect(throws: APNsSimulatorError.self) { try APNsSimulator.TrustedKey.parseList("KEY:TEAM:/nonexistent.pem") }
+        #expect(throws: APNsSimulatorError.self) { try APNsSimulator.TrustedKey.parseList("KEY:TEAM:\(credentials.path("key4.pub.pem")):topics=") }
     }
 
     @Test func configFileErrorsNameTheEntry() throws {

@@ -11,7 +11,7 @@ func run(_ arguments: [String], environment: [String: String] = [:], directory: 
 }
 
 /// Test credentials made with the openssl CLI in a temporary directory (never committed): the
-/// listeners' certificate, provider-token keys (key1/key2/key3 trusted, `untrusted` not), a client
+/// listeners' certificate, provider-token keys (key1/key2/key3/key4 trusted, key4 topic-specific, `untrusted` not), a client
 /// CA with two provider certificates (one listing topics in Apple's extension 1.2.840.113635.100.6.3.6,
 /// one with only a subject UID) and a certificate from another CA.
 struct Credentials: Sendable {
@@ -50,7 +50,7 @@ struct Credentials: Sendable {
             ["openssl", "req", "-x509"] + ec + ["-subj", "/CN=Test Push CA", "-keyout", "ca-key.pem", "-out", "ca-cert.pem"],
             ["openssl", "req", "-x509"] + ec + ["-subj", "/CN=Rogue CA", "-keyout", "rogue-ca-key.pem", "-out", "rogue-ca-cert.pem"],
         ]
-        for key in ["key1", "key2", "key3", "untrusted"] {
+        for key in ["key1", "key2", "key3", "key4", "untrusted"] {
             commands.append(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "\(key).p8"])
             commands.append(["openssl", "pkey", "-in", "\(key).p8", "-pubout", "-out", "\(key).pub.pem"])
         }
@@ -76,7 +76,8 @@ struct Credentials: Sendable {
     func trustedKeys() throws -> [APNsSimulator.TrustedKey] {
         try APNsSimulator.TrustedKey.parseList(
             "KEY0000001:\(Self.team):\(path("key1.pub.pem")),KEY0000002:\(Self.team):\(path("key2.pub.pem")),"
-                + "KEY0000003:\(Self.team):\(path("key3.pub.pem")):production")
+                + "KEY0000003:\(Self.team):\(path("key3.pub.pem")):production,"
+                + "KEY0000004:\(Self.team):\(path("key4.pub.pem")):sandbox:topics=com.example.app+com.example.scoped")
     }
 
     func configuration(clock: ManualWallClock) throws -> APNsSimulator.Configuration {

@@ -216,7 +216,8 @@ extension DispatcherEngineSuites {
             try world.simulator.register(.init(token: token, environment: .sandbox))
             let engine = try world.startEngine { $0.otherEnvironmentRetry.bundleIDs = [EngineWorld.bundleID] }
             try await world.register([token], environment: .production)
-            try await eventually("the token registered") {
+            // The first record waits for the group's first assignment (slow on a loaded machine).
+            try await eventually("the token registered", timeout: .seconds(90)) {
                 try await world.pool.query("SELECT 1 FROM device_tokens WHERE device_token = '\(token)'").count == 1
             }
             try await world.send("other-env-1", to: [token])

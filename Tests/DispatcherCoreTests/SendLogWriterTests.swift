@@ -58,6 +58,28 @@ struct SendLogWriterTests {
         await pool.close()
     }
 
+    /// What a redelivery reads after a crash: the rows whose reports Kafka acknowledged are marked
+    /// (and so not published again); marks queued when the writer stops gracefully are still written;
+    /// with marks off, nothing is marked.
+    @Test(arguments: [true, false])
+    func acknowledgementMarksReachTheRowsARedeliveryReads(marks: Bool) async throws {
+        let (store, pool) = try await Self.store()
+        // An hour's mark interval: the marks can only be written by the graceful stop's flush.
+        let writer = SendLogWriter(pool: pool, flushInterval: .milliseconds(1), marksAcknowledgements: marks,
+                                   markInterval: .seconds(3600), maxMarkBatch: 100)
+        let request = "marks-\(UUID())"
+        try await whileRunning(writer) {
+            for i in 0..<3 { _ = try await writer.record(Self.report(request, "token-\(i)"), event: [UInt8(i)]) }
+            writer.markAcknowledged(requestID: request, deviceToken: "token-0")
+            writer.markAcknowledged(requestID: request, deviceToken: "token-2")
+            writer.markAcknowledged(requestID: "\(request)-never-recorded", deviceToken: "token-0")
+        }
+        let states = try await store.recordedOutcomeStates(requestIDs: [request])[request] ?? [:]
+        #expect(states.mapValues(\.acknowledged) == ["token-0": marks, "token-1": false, "token-2": marks])
+        #expect(writer.unflushedMarks == (marks ? 200 : 0))
+        await pool.close()
+    }
+
     @Test func aLoneRecordIsWrittenAfterTheFlushInterval() async throws {
         let (_, pool) = try await Self.store()
         let writer = SendLogWriter(pool: pool, flushInterval: .milliseconds(50))

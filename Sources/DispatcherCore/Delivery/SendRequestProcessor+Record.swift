@@ -36,9 +36,12 @@ extension SendRequestProcessor {
         }
         let key = report.deviceToken
         let requestID = report.requestID
-        acks.start { [feedback, acknowledged] ended in
+        acks.start { [feedback, acknowledged, sendLog] ended in
             feedback.publish(serialized: publish, key: key, traceParent: traceParent) { failure in
-                if failure == nil { acknowledged.insert(requestID: requestID, token: key) }
+                if failure == nil {
+                    acknowledged.insert(requestID: requestID, token: key)
+                    sendLog.markAcknowledged(requestID: requestID, deviceToken: key)
+                }
                 ended(failure)
             }
         }
@@ -62,9 +65,12 @@ extension SendRequestProcessor {
         guard let event = try? FeedbackEvent(protobufBytes: earlier.event), case .deliveryReport(let report)? = event.event else { return nil }
         let requestID = context.request.requestID
         if !earlier.acknowledged, !acknowledged.contains(requestID: requestID, token: token) {
-            context.acks.start { [feedback, acknowledged] ended in
+            context.acks.start { [feedback, acknowledged, sendLog] ended in
                 feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent) { failure in
-                    if failure == nil { acknowledged.insert(requestID: requestID, token: token) }
+                    if failure == nil {
+                        acknowledged.insert(requestID: requestID, token: token)
+                        sendLog.markAcknowledged(requestID: requestID, deviceToken: token)
+                    }
                     ended(failure)
                 }
             }

@@ -37,8 +37,11 @@ public final class SendRequestProcessor: Sendable {
     /// One warning a few seconds about outcomes waiting for PostgreSQL, not one per notification.
     let recordWarnings = Mutex(LogRateLimiter(interval: .seconds(5)))
     /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
-    /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md).
-    public var crashWindow: (inFlight: Int, unflushedBatch: Int) { (maxInFlight, sendLog.maxBatch) }
+    /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md), and
+    /// the acknowledged reports whose marks a SIGKILL can lose (published again on redelivery).
+    public var crashWindow: (inFlight: Int, unflushedBatch: Int, unflushedMarks: Int) {
+        (maxInFlight, sendLog.maxBatch, sendLog.unflushedMarks)
+    }
     private let maxInFlight: Int
     /// Parked notifications and the requests waiting for them.
     let parking: PendingRetryStore
@@ -72,19 +75,22 @@ public final class SendRequestProcessor: Sendable {
     ///   `BadDeviceToken` (docs/semantics.md "The other environment after BadDeviceToken"); default none.
     /// - Parameter cancellations: the process-wide cancels, checked before every send of every source
     ///   (`CancelCheckPolicy`); default an empty set of this processor's own.
+    /// - Parameter marksAcknowledgements: whether acknowledged reports are marked in `send_log` as Kafka
+    ///   acknowledges them (`SendLogWriter`), bounding what a redelivery after a crash publishes again.
     /// - Parameter credentials: the APNs credentials registry that chooses each send's key; nil (the
     ///   default) leaves it to the client.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
                 monitor: DispatcherMonitor? = nil, otherEnvironmentRetry: OtherEnvironmentRetrySettings = OtherEnvironmentRetrySettings(),
-                cancellations: CampaignCancellations = CampaignCancellations(), credentials: CredentialsStore? = nil) {
+                cancellations: CampaignCancellations = CampaignCancellations(), marksAcknowledgements: Bool = true,
+                credentials: CredentialsStore? = nil) {
         self.cancellations = cancellations
         self.credentials = credentials
         self.monitor = monitor
         self.otherEnvironmentRetry = otherEnvironmentRetry
         self.budget = AsyncSemaphore(permits: maxInFlight)
         self.maxInFlight = maxInFlight
-        self.sendLog = store.makeSendLogWriter()
+        self.sendLog = store.makeSendLogWriter(marksAcknowledgements: marksAcknowledgements)
         let parking = store.makePendingRetryStore()
         self.parking = parking
         self.progressLoader = Batcher(name: "request progress") { requestIDs in

@@ -98,7 +98,7 @@ public final class Dispatcher: Sendable {
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
             otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations,
-            credentials: configuration.credentials)
+            marksAcknowledgements: configuration.sendLogAcknowledgementMarks, credentials: configuration.credentials)
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
@@ -200,6 +200,7 @@ public final class Dispatcher: Sendable {
         logger.info("dispatcher ready", [
             "group": configuration.consumerGroup, "instance": configuration.instanceID,
             "in_flight_notifications": "\(window.inFlight)", "send_log_batch": "\(window.unflushedBatch)",
+            "unflushed_ack_marks": "\(window.unflushedMarks)",
             "campaign_in_flight": "\(configuration.campaigns.runnerEnabled ? configuration.campaigns.maxInFlight : 0)",
         ])
         await withTaskGroup(of: Void.self) { rebalancing in

@@ -84,6 +84,10 @@ public struct DispatcherConfiguration: Sendable {
     /// request can be redelivered, i.e. the send-requests topic's retention plus a margin. Nil keeps
     /// them forever. Default 8 days (Kafka's default 7-day retention plus a day).
     public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
+    /// Whether a report's `send_log` row is marked acknowledged once Kafka acknowledged it
+    /// (`PUSH_SEND_LOG_ACK_MARKS`, default true): a request redelivered after a crash then publishes
+    /// again only the reports whose marks were not written yet (docs/send-log.md).
+    public var sendLogAcknowledgementMarks = true
     /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
     public var sendLogRetentionInterval: Duration = .seconds(600)
     /// How often every replica reads new rows of the `cancellations` table (`PUSH_CANCEL_POLL_MS`):

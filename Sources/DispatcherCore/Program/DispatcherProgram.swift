@@ -65,6 +65,7 @@ public enum DispatcherProgram {
         // overflow where it is used (README "Configuration").
         let retentionHours = try env.int("PUSH_SEND_LOG_RETENTION_H", default: 192, in: 0...876_000)
         configuration.sendLogRetention = retentionHours == 0 ? nil : .seconds(retentionHours * 3600)
+        configuration.sendLogAcknowledgementMarks = try env.bool("PUSH_SEND_LOG_ACK_MARKS", default: configuration.sendLogAcknowledgementMarks)
         configuration.cancelPollInterval = try env.milliseconds("PUSH_CANCEL_POLL_MS", default: configuration.cancelPollInterval)
         if configuration.cancelPollInterval <= .zero { try env.fail("PUSH_CANCEL_POLL_MS", "must be positive") }
         configuration.defaultEnvironment = try env.choice(

@@ -21,15 +21,32 @@ import Synchronization
 ///
 /// Cancelling a caller does not withdraw its row: once queued, it is written with its batch and
 /// `record` returns when that happened.
+///
+/// **Acknowledgement marks** (`markAcknowledged`, on unless `marksAcknowledgements` is false). Once
+/// Kafka acknowledged a report, its row's `acknowledged` column is set, batched likewise (one
+/// `UPDATE … FROM unnest(…)` per batch of up to `maxMarkBatch`, a mark waiting at most
+/// `markInterval`). A redelivered request publishes again only the reports not marked, so after a
+/// SIGKILL the reports published twice are the ones whose marks were not written yet: the reports
+/// in flight plus `unflushedMarks` (docs/send-log.md).
 public final class SendLogWriter: Service, Sendable {
     /// The longest a row waits before its batch is written.
     public let flushInterval: Duration
     /// The most rows written by one statement.
     public let maxBatch: Int
+    /// Whether acknowledged reports are marked in `send_log` as Kafka acknowledges them.
+    public let marksAcknowledgements: Bool
+    /// The longest an acknowledgement mark waits before its batch is written (default 20 ms).
+    public let markInterval: Duration
+    /// The most marks written by one statement (default 250).
+    public let maxMarkBatch: Int
+    /// Acknowledgements a SIGKILL can find not yet marked: the marks waiting plus the ones being
+    /// written (one batch waiting, one running); 0 when marks are off.
+    public var unflushedMarks: Int { marksAcknowledgements ? 2 * maxMarkBatch : 0 }
 
     private let pool: PostgresPool
     private let logger: Logger
     private let batcher: Batcher<SendLogRow, [UInt8]?>
+    private let marks: Batcher<SendLogRow.Key, Void>
 
     /// Creates a writer; rows are written once `run(shutdown:)` runs.
     /// - Parameters:
@@ -37,13 +54,33 @@ public final class SendLogWriter: Service, Sendable {
     ///   - flushInterval: the longest a row waits for its batch (default 5 ms).
     ///   - maxBatch: the most rows per statement (default 500, at least 1).
     ///   - maxConcurrentWrites: statements running at once, each on its own pooled connection (default 4).
+    ///   - marksAcknowledgements: whether `markAcknowledged` writes its marks (default true).
+    ///   - markInterval: the longest a mark waits for its batch (default 20 ms).
+    ///   - maxMarkBatch: the most marks per statement (default 250, at least 1).
     ///   - logger: reports failed writes.
     public init(pool: PostgresPool, flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500, maxConcurrentWrites: Int = 4,
+                marksAcknowledgements: Bool = true, markInterval: Duration = .milliseconds(20), maxMarkBatch: Int = 250,
                 logger: Logger = Logger(label: "dispatcher.send-log")) {
         self.pool = pool
         self.flushInterval = flushInterval
         self.maxBatch = max(1, maxBatch)
+        self.marksAcknowledgements = marksAcknowledgements
+        self.markInterval = markInterval
+        self.maxMarkBatch = max(1, maxMarkBatch)
         self.logger = logger
+        self.marks = Batcher(
+            name: "send_log acknowledgement marks",
+            settings: .init(maxBatch: max(1, maxMarkBatch), maxConcurrentBatches: 1, maxWait: markInterval)
+        ) { [logger] keys in
+            do {
+                try await Self.markAcknowledged(pool, keys)
+            } catch {
+                // A mark lost is a report published again on a redelivery: a repeat, never a loss.
+                logger.warning("writing acknowledgement marks failed", ["rows": String(keys.count), "error": "\(error)"])
+                throw error
+            }
+            return keys.map { _ in () }
+        }
         let write = Self.write
         self.batcher = Batcher(
             name: "send_log", settings: .init(maxBatch: maxBatch, maxConcurrentBatches: maxConcurrentWrites, maxWait: flushInterval)
@@ -62,7 +99,33 @@ public final class SendLogWriter: Service, Sendable {
     /// The flush loop (see `Batcher.run(shutdown:)`): after a graceful shutdown, rows already given
     /// are written before it returns.
     public func run(shutdown: GracefulShutdown) async throws {
-        try await batcher.run(shutdown: shutdown)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { [marks] in try await marks.run(shutdown: shutdown) }
+            try await batcher.run(shutdown: shutdown)
+        }
+    }
+
+    /// Marks the row of (`requestID`, `deviceToken`) acknowledged: Kafka acknowledged its report.
+    /// Queued without waiting (callable from Kafka's delivery callback); a no-op when marks are off
+    /// or the writer stopped (the report is then published again if the request is redelivered).
+    public func markAcknowledged(requestID: String, deviceToken: String) {
+        guard marksAcknowledgements else { return }
+        _ = marks.enqueue(SendLogRow.Key(requestID: requestID, deviceToken: deviceToken))
+    }
+
+    /// Sets `acknowledged` on the rows of `keys`. A report is published only after its row was
+    /// written, so every key has its row (unless retention deleted it: then nothing is set).
+    static func markAcknowledged(_ pool: PostgresPool, _ keys: [SendLogRow.Key]) async throws {
+        _ = try await pool.withConnection { connection in
+            try await connection.query("""
+                UPDATE send_log AS s SET acknowledged = true
+                  FROM unnest($1::text[], $2::text[]) AS k(request_id, device_token)
+                 WHERE s.request_id = k.request_id AND s.device_token = k.device_token AND NOT s.acknowledged
+                """,
+                [.string(PostgresArrayLiteral.text(keys.map(\.requestID))),
+                 .string(PostgresArrayLiteral.text(keys.map(\.deviceToken)))],
+                prepared: true)
+        }
     }
 
     /// Records the final outcome of one notification, once per (request id, device token).

@@ -239,8 +239,9 @@ public final class TokenStore: Sendable {
     }
 
     /// A batched writer of `send_log` outcomes over this store's pool (see `SendLogWriter`).
-    public func makeSendLogWriter(flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500) -> SendLogWriter {
-        SendLogWriter(pool: pool, flushInterval: flushInterval, maxBatch: maxBatch)
+    public func makeSendLogWriter(flushInterval: Duration = .milliseconds(5), maxBatch: Int = 500,
+                                  marksAcknowledgements: Bool = true) -> SendLogWriter {
+        SendLogWriter(pool: pool, flushInterval: flushInterval, maxBatch: maxBatch, marksAcknowledgements: marksAcknowledgements)
     }
 
     /// The `send_log` retention job over this store's pool (see `SendLogRetention`), a pass every `interval`.

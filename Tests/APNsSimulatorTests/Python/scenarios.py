@@ -3,7 +3,9 @@ simulator, drives it with outside clients (h2, httpx, aioapns) and asserts; exit
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import ssl
 import sys
 import time
@@ -198,6 +200,128 @@ def key_binding():
     production_only = make_jwt(key="key3", kid="KEY0000003")
     expect_reason(H2("sandbox").push(t, jwt=production_only), 403, "BadEnvironmentKeyIdInToken")
     expect_eq(H2("production").push(t, jwt=production_only).status, 200, "production-only key on production")
+
+
+@scenario
+def topic_scoped_keys():
+    """A topic-specific key serves its bundle IDs only (TopicDisallowed for another); a connection keeps
+    the scope its first push bound, so a bundle ID added later needs a new connection; the admin API
+    reports each connection's key, team and bound scope."""
+    scoped = make_jwt(key="key4", kid="KEY0000004")
+    t = token()
+    warm = H2("sandbox")
+    expect_eq(warm.push(t, jwt=scoped).status, 200, "a listed bundle ID")
+    expect_eq(warm.push(t, jwt=scoped, headers=headers(topic="com.example.scoped")).status, 200, "the other listed bundle ID")
+    expect_reason(warm.push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+    expect_reason(H2("production").push(t, jwt=scoped), 403, "BadEnvironmentKeyIdInToken")
+    answer = admin("/admin/keys/topics", "PUT", {"key_id": "KEY0000004", "topics": ["com.example.app", "com.example.later"]})
+    expect_eq(answer, {"key_id": "KEY0000004", "topics": ["com.example.app", "com.example.later"]}, "admin answer")
+    expect_reason(warm.push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+    fresh = H2("sandbox")
+    expect_eq(fresh.push(t, jwt=scoped, headers=headers(topic="com.example.later")).status, 200,
+              "a new connection serves the added bundle ID")
+    expect_eq(H2("sandbox").push(t, jwt=make_jwt(), headers=headers(topic="com.example.later")).status, 200,
+              "a team-scoped key covers every topic")
+    bound = [c for c in admin("/admin/connections")["connections"] if c.get("key_id") == "KEY0000004"]
+    expect_eq(sorted(tuple(c["key_topics"]) for c in bound),
+              [("com.example.app", "com.example.later"), ("com.example.app", "com.example.scoped")], "bound scopes")
+    check(all(c["team_id"] == TEAM for c in bound), f"every connection reports its team: {bound}")
+    admin("/admin/keys/topics", "PUT", {"key_id": "NOSUCHKEY1", "topics": None}, status=400)
+    admin("/admin/reset", "POST")
+    expect_reason(H2("sandbox").push(t, jwt=scoped, headers=headers(topic="com.example.later")), 400, "TopicDisallowed")
+
+
+@scenario
+def broadcast_channels():
+    """Channel management (/1/apps/<bundle>/channels, all-channels) and broadcast
+    (/4/broadcasts/apps/<bundle>) with Apple's statuses and reasons, the per-app quota (3 in this test),
+    the storage policy's expiration rule, the subscriber count as a broadcast's fan-out."""
+    jwt = make_jwt()
+    auth = [("authorization", f"bearer {jwt}")]
+    c = H2("sandbox")
+    request_id = "0a1b2c3d-0000-4000-8000-00000000abcd"
+
+    def call(method, path, headers=(), body=b""):
+        return c.wait(c.send(path, auth + list(headers), body, method=method))
+
+    def create(policy=1, bundle=BUNDLE, raw=None):
+        body = raw if raw is not None else json.dumps({"message-storage-policy": policy, "push-type": "LiveActivity"}).encode()
+        return call("POST", f"/1/apps/{bundle}/channels", [("apns-request-id", request_id)], body)
+
+    def broadcast(channel, bundle=BUNDLE, push_type="liveactivity", priority="10", expiration="0", body=None, extra=()):
+        headers = [("apns-channel-id", channel)] if channel is not None else []
+        for name, value in (("apns-push-type", push_type), ("apns-priority", priority), ("apns-expiration", expiration)):
+            if value is not None:
+                headers.append((name, value))
+        payload = b'{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}' if body is None else body
+        return call("POST", f"/4/broadcasts/apps/{bundle}", headers + list(extra), payload)
+
+    created = create()
+    expect_eq(created.status, 201, f"create ({created!r})")
+    expect_eq(created.header("apns-request-id"), request_id, "apns-request-id echoed")
+    check(created.header("apns-id") is None, "channel answers carry apns-request-id, not apns-id")
+    stored = created.header("apns-channel-id")
+    check(bool(stored) and base64.b64decode(stored), f"a base64 channel id: {stored!r}")
+    got = call("GET", f"/1/apps/{BUNDLE}/channels", [("apns-channel-id", stored)])
+    expect_eq((got.status, got.json), (200, {"message-storage-policy": 1, "push-type": "LiveActivity"}), "read the channel")
+    expect_eq(call("GET", f"/1/apps/{BUNDLE}/all-channels").json, {"channels": [stored]}, "all-channels")
+    expect_reason(create(raw=b'{"push-type":"LiveActivity"}'), 400, "BadRequestPayload")
+    expect_reason(create(policy=2), 400, "BadRequestPayload")
+    expect_reason(create(bundle=BUNDLE + ".push-type.liveactivity"), 400, "TopicDisallowed")
+    expect_reason(call("PUT", f"/1/apps/{BUNDLE}/channels"), 405, "MethodNotAllowed")
+    expect_reason(call("POST", f"/1/apps/{BUNDLE}/all-channels"), 405, "MethodNotAllowed")
+    expect_reason(call("GET", f"/1/apps/{BUNDLE}/channel"), 404, "BadPath")
+    expect_reason(call("GET", f"/1/apps/{BUNDLE}/channels"), 400, "MissingChannelId")
+    expect_reason(call("GET", f"/1/apps/{BUNDLE}/channels", [("apns-channel-id", "%%%")]), 400, "BadChannelId")
+    unknown = base64.b64encode(os.urandom(16)).decode()
+    expect_reason(call("GET", f"/1/apps/{BUNDLE}/channels", [("apns-channel-id", unknown)]), 400, "ChannelNotRegistered")
+    expect_reason(c.wait(c.send(f"/1/apps/{BUNDLE}/all-channels", [], method="GET")), 403, "MissingProviderToken")
+
+    # Broadcast checks, in order.
+    expect_reason(broadcast(None), 400, "MissingChannelId")
+    expect_reason(broadcast("%%%"), 400, "BadChannelId")
+    expect_reason(broadcast(unknown), 400, "ChannelNotRegistered")
+    expect_reason(broadcast(stored, push_type=None), 400, "MissingPushType")
+    expect_reason(broadcast(stored, push_type="alert"), 400, "InvalidPushType")
+    expect_reason(broadcast(stored, priority="7"), 400, "BadPriority")
+    expect_reason(broadcast(stored, priority=None), 400, "BadPriority")
+    expect_reason(broadcast(stored, expiration=None), 400, "BadExpirationDate")
+    expect_reason(broadcast(stored, body=b""), 400, "PayloadEmpty")
+    expect_reason(broadcast(stored, body=b"x" * 5121), 413, "PayloadTooLarge")
+    expect_reason(broadcast(stored, extra=[("apns-request-id", "not-a-uuid")]), 400, "BadMessageId")
+    admin("/admin/channels/subscribers", "PUT", {"channel_id": stored, "subscribers": 3})
+    sent = broadcast(stored, body=b'{"aps":{"timestamp":1,"event":"update","content-state":{}}}' + b" " * (5120 - 59),
+                     expiration=str(clock_ms() // 1000 + 3600))
+    expect_eq(sent.status, 200, f"broadcast accepted ({sent!r})")
+    check(len(sent.header("apns-unique-id") or "") == 36, f"apns-unique-id {sent.header('apns-unique-id')}")
+    check(len(sent.header("apns-request-id") or "") == 36, "a generated apns-request-id")
+    counters = admin("/admin/counters")["counters"]
+    expect_eq((counters.get("broadcast 200"), counters.get("broadcast_reached")), (1, 3), "one broadcast reaching 3 devices")
+
+    # No Message Stored: only expiration 0.
+    nothing_stored = create(policy=0).header("apns-channel-id")
+    expect_reason(broadcast(nothing_stored, expiration="1"), 400, "BadExpirationDate")
+    expect_eq(broadcast(nothing_stored, expiration="0").status, 200, "expiration 0 on a No-Message-Stored channel")
+
+    # Channels belong to one environment.
+    production = H2("production")
+    other = production.wait(production.send(f"/4/broadcasts/apps/{BUNDLE}", auth + [
+        ("apns-channel-id", stored), ("apns-push-type", "liveactivity"), ("apns-priority", "10"), ("apns-expiration", "0")],
+        b'{"aps":{}}'))
+    expect_reason(other, 400, "ChannelNotRegistered")
+
+    # The quota: 3 per app and environment in this test.
+    expect_eq(create().status, 201, "the third channel")
+    expect_reason(create(), 400, "CannotCreateChannelConfig")
+    expect_eq(call("DELETE", f"/1/apps/{BUNDLE}/channels", [("apns-channel-id", stored)]).status, 204, "delete")
+    expect_reason(broadcast(stored), 400, "ChannelNotRegistered")
+    expect_eq(create().status, 201, "room again after a delete")
+    listed = admin("/admin/channels")["channels"]
+    expect_eq(len(listed), 3, f"admin channels: {listed}")
+
+    admin("/admin/broadcast", "PUT", {"bundle_id": BUNDLE, "enabled": False})
+    expect_reason(create(), 400, "FeatureNotEnabled")
+    admin("/admin/channels/subscribers", "PUT", {"channel_id": unknown, "subscribers": 1}, status=400)
 
 
 @scenario
