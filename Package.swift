@@ -64,10 +64,13 @@ let package = Package(
             name: "RegistrationServiceCore",
             dependencies: ["AdminHTTP", "ES256", "GRPC", "HTTP2", "Kafka", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore"]),
         .target(name: "DispatcherStatus", dependencies: ["Postgres", "ProtobufCodec", "PushDomain", "PushMessages"]),
+        // The dispatcher's APNs credentials registry (PUSH_APNS_CREDENTIALS_FILE): parsed as a value, keys
+        // loaded; the dispatcher sends with it, pushctl credentials lists and checks it.
+        .target(name: "APNsKeyRegistry", dependencies: ["APNs", "ProtobufCodec", "PushDomain", "ServiceCore"]),
         .target(
             name: "DispatcherCore",
             dependencies: [
-                "AdminHTTP", "APNs", "DispatcherStatus", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
+                "AdminHTTP", "APNs", "APNsKeyRegistry", "DispatcherStatus", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
             ]),
 
         // Executables: a few lines of main.swift each (apns-bench: the APNs client against the simulator, measured).
@@ -86,7 +89,7 @@ let package = Package(
         .target(
             name: "PushCtlCore",
             dependencies: [
-                "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
+                "APNsKeyRegistry", "DispatcherStatus", "GRPC", "HTTP2", "Kafka", "Postgres", "ProtobufCodec", "PushDomain", "PushMessages", "ServiceCore",
             ]),
         .executableTarget(name: "pushctl", dependencies: ["PushCtlCore", "ServiceCore"]),
     ]
@@ -117,7 +120,7 @@ if hasTests {
         .testTarget(
             name: "DispatcherCoreTests",
             dependencies: [
-                "DispatcherCore", "APNs", "APNsSimulator", "DispatcherStatus", "Kafka", "Postgres", "PushDomain", "PushTestSupport", "PushMessages", "ServiceCore",
+                "DispatcherCore", "APNs", "APNsKeyRegistry", "APNsSimulator", "DispatcherStatus", "Kafka", "Postgres", "PushDomain", "PushTestSupport", "PushMessages", "ServiceCore",
             ]),
         .testTarget(
             name: "RegistrationServiceCoreTests",
@@ -127,6 +130,6 @@ if hasTests {
         // docs/modules.md's import graph against Sources/ and this manifest, and the guard rails on the
         // dispatcher's and ServiceCore's sources (file and function lengths, no unstructured task); reads files only.
         .testTarget(name: "ModuleGraphTests"),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["APNsKeyRegistry", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }

@@ -74,6 +74,8 @@ public struct PushCtlCommand: Sendable {
         return lines.joined(separator: "\n")
     }
 
+    private static let credentialsFile = CommandLineArguments.Option.value(
+        "file", "FILE", "the credentials file (default $PUSH_APNS_CREDENTIALS_FILE)")
     private static let envFile = CommandLineArguments.Option.value(
         "env-file", "FILE", "read unset settings from FILE (KEY=VALUE lines, e.g. $PUSH_VAR_DIR/stack.env)")
     private static let grpc: [CommandLineArguments.Option] = [
@@ -248,6 +250,23 @@ public struct PushCtlCommand: Sendable {
                 Each dead letter's original key, value and headers go back to its source topic, so the
                 dispatcher handles them again. Dead letters whose original was cut (too large to keep
                 whole) cannot be re-driven: they are listed and counted as skipped (exit 1 when any was).
+                """),
+        PushCtlCommand(
+            path: ["credentials", "list"], arguments: "",
+            summary: "list the dispatcher's APNs keys: which key serves which app, its scope, activate_at (never key material)",
+            options: [credentialsFile, .flag("json", "one JSON object per line"), envFile],
+            details: """
+                Reads the credentials file (README "APNs credentials") as the dispatcher does, without
+                loading the keys: one line per key with its app entry, TEAMID/KEYID, environment and topic
+                scope, activate_at ("on load" when the file gives none) and whether it is active now.
+                """),
+        PushCtlCommand(
+            path: ["credentials", "check"], arguments: "",
+            summary: "check the dispatcher's APNs credentials file: parse it and load every .p8 key",
+            options: [credentialsFile, envFile],
+            details: """
+                Loads the file as the dispatcher's --check-config does (each .p8 parsed as a P-256 key);
+                prints every problem with the file and the entry and exits 1, or a summary.
                 """),
         PushCtlCommand(
             path: ["sim", "faults"], arguments: "[JSON]",

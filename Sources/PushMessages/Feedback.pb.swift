@@ -171,6 +171,12 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     ///
     /// `OUTCOME_REASON_TOKEN_STALE = 15`.
     case tokenStale
+    /// No APNs credential may send to the bundle id: none in the dispatcher's credentials registry
+    /// (PUSH_APNS_CREDENTIALS_FILE), none active yet, or its keys are scoped to another environment or
+    /// other topics. Refused before sending: no Apple request, the token is not deactivated (REJECTED).
+    ///
+    /// `OUTCOME_REASON_NO_CREDENTIAL = 16`.
+    case noCredential
     /// A number this version of the contract does not name; kept so it round-trips.
     case unrecognized(Int32)
 
@@ -178,7 +184,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     public static let protoEnumName = "push.v1.OutcomeReason"
 
     /// Every named value, in declaration order.
-    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten, .tokenStale]
+    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten, .tokenStale, .noCredential]
 
     /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
     public init(rawValue: Int32) {
@@ -199,6 +205,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case 13: self = .invalidDeviceToken
         case 14: self = .userForgotten
         case 15: self = .tokenStale
+        case 16: self = .noCredential
         default: self = .unrecognized(rawValue)
         }
     }
@@ -222,6 +229,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .invalidDeviceToken: 13
         case .userForgotten: 14
         case .tokenStale: 15
+        case .noCredential: 16
         case .unrecognized(let number): number
         }
     }
@@ -245,6 +253,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .invalidDeviceToken: "OUTCOME_REASON_INVALID_DEVICE_TOKEN"
         case .userForgotten: "OUTCOME_REASON_USER_FORGOTTEN"
         case .tokenStale: "OUTCOME_REASON_TOKEN_STALE"
+        case .noCredential: "OUTCOME_REASON_NO_CREDENTIAL"
         case .unrecognized: nil
         }
     }
@@ -268,6 +277,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case "OUTCOME_REASON_INVALID_DEVICE_TOKEN": self = .invalidDeviceToken
         case "OUTCOME_REASON_USER_FORGOTTEN": self = .userForgotten
         case "OUTCOME_REASON_TOKEN_STALE": self = .tokenStale
+        case "OUTCOME_REASON_NO_CREDENTIAL": self = .noCredential
         default: return nil
         }
     }

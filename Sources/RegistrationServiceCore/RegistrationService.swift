@@ -127,29 +127,8 @@ public struct RegistrationService: Service {
     }
 
     /// Reloads the keys on SIGHUP, and when the key file's modification time or size changes
-    /// (checked every `interval`). Returns on cancellation.
+    /// (checked every `interval`; `FileReloadWatch`). Returns on cancellation.
     static func watchKeys(_ authenticator: RegistrationAuthenticator, file: String?, every interval: Duration) async {
-        await withDiscardingTaskGroup { group in
-            group.addTask {
-                for await _ in ProcessSignals.signals([SIGHUP]) { authenticator.reload() }
-            }
-            if let file {
-                group.addTask {
-                    func stamp() -> String? {
-                        guard let attributes = try? FileManager.default.attributesOfItem(atPath: file) else { return nil }
-                        return "\(attributes[.modificationDate].map { "\($0)" } ?? "")/\(attributes[.size].map { "\($0)" } ?? "")"
-                    }
-                    var last = stamp()
-                    while !Task.isCancelled {
-                        try? await Task.sleep(for: interval)
-                        let current = stamp()
-                        if current != last, current != nil {
-                            last = current
-                            authenticator.reload()
-                        }
-                    }
-                }
-            }
-        }
+        await FileReloadWatch.run(file: file, every: interval) { authenticator.reload() }
     }
 }

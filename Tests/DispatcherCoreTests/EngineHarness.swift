@@ -35,7 +35,8 @@ final class EngineWorld: Sendable {
     let feedback: FeedbackCollector
 
     /// - Parameter partitions: partitions of the send-request topic (the other topics have one).
-    init(partitions: Int = 1) async throws {
+    /// - Parameter trustedKeys: keys the simulator trusts besides `EngineCredentials`' own.
+    init(partitions: Int = 1, trustedKeys: [APNsSimulator.TrustedKey] = []) async throws {
         ProcessSignals.ignoreSIGPIPE()
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 6))
         try await pool.start()
@@ -56,7 +57,8 @@ final class EngineWorld: Sendable {
         var simulator = APNsSimulator.Configuration(
             certificateChainFile: credentials.path("server-cert.pem"), privateKeyFile: credentials.path("server-key.pem"),
             trustedKeys: [APNsSimulator.TrustedKey(
-                keyID: EngineCredentials.keyID, teamID: EngineCredentials.teamID, publicKeyPEM: try credentials.text("key.pub.pem"))])
+                keyID: EngineCredentials.keyID, teamID: EngineCredentials.teamID, publicKeyPEM: try credentials.text("key.pub.pem"))]
+                + trustedKeys)
         simulator.eventLoopCount = 1
         simulator.adminPort = nil
         self.simulator = try APNsSimulator.start(configuration: simulator)

@@ -82,7 +82,7 @@ struct ProtocInteropTests {
 
     @Test func everyOutcomeReasonAndRequestStatusByName() throws {
         // Each Swift case is the .proto value of the same number and name, on the wire and in text.
-        #expect(OutcomeReason.allCases.count == 16)
+        #expect(OutcomeReason.allCases.count == 17)
         for reason in OutcomeReason.allCases where reason != .unspecified {
             let name = try #require(reason.protoName)
             #expect(name.hasPrefix("OUTCOME_REASON_"))
@@ -91,6 +91,7 @@ struct ProtocInteropTests {
         }
         #expect(OutcomeReason.expired.rawValue == 1 && OutcomeReason.invalidDeviceToken.rawValue == 13)
         #expect(OutcomeReason.userForgotten.rawValue == 14 && OutcomeReason.tokenStale.rawValue == 15)
+        #expect(OutcomeReason.noCredential.rawValue == 16)
         #expect(RequestStatus.allCases.map(\.protoName) == [
             "REQUEST_STATUS_UNSPECIFIED", "REQUEST_STATUS_ACCEPTED", "REQUEST_STATUS_SCHEDULED", "REQUEST_STATUS_RUNNING",
             "REQUEST_STATUS_COMPLETED", "REQUEST_STATUS_CANCELLED",

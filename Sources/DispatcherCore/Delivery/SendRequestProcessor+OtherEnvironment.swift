@@ -110,7 +110,7 @@ extension SendRequestProcessor {
         var accepted: APNsResponse?
         let attempts: Int
         do {
-            switch try await send(apnsRequest, environment: other, options: options) {
+            switch try await send(apnsRequest, bundleID: report.bundleID, environment: other, options: options) {
             case .answered(let response):
                 attempts = response.attempts
                 if response.isSuccess {
@@ -125,6 +125,13 @@ extension SendRequestProcessor {
                 logger.info("no answer from the other APNs environment", [
                     "request_id": report.requestID, "token": token, "apns_id": report.apnsID, "environment": other.rawValue,
                     "error": "\(WaiterEndedSend(interruption))",
+                ])
+            case .noCredential(let reason):
+                // No key may send there: no try (and nothing sent), as if it had not answered.
+                attempts = 0
+                answer = .noAnswer
+                logger.info("no try on the other APNs environment: no credential", [
+                    "request_id": report.requestID, "token": token, "environment": other.rawValue, "reason": reason,
                 ])
             }
         } catch let error as CancellationError {

@@ -79,10 +79,22 @@ extension SendRequestProcessor {
         return .settled(try await publishOutcome(report, traceParent: request.traceParent, acks: context.acks))
     }
 
-    /// The one call of the APNs client: a waiter's interruption (`WaiterEndedSend`) comes back as a
-    /// value, never as an error.
+    /// The one call of the APNs client: the credential lookup first (the registry's key for
+    /// `bundleID` in `environment`, and the key before it as the fallback; a bundle id no key may
+    /// send to comes back as `.noCredential`, nothing sent), then the send; a waiter's interruption
+    /// (`WaiterEndedSend`) comes back as a value, never as an error.
     /// - Throws: what the client throws (`APNsError`, `CancellationError`).
-    func send(_ request: APNsRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> SendAnswer {
+    func send(_ request: APNsRequest, bundleID: String, environment: APNsEnvironment, options: APNsSendOptions) async throws -> SendAnswer {
+        var options = options
+        switch credentials?.choose(bundleID: bundleID, environment: environment) {
+        case .refused(let reason)?:
+            return .noCredential(reason)
+        case .send(let chosen, let fallback)?:
+            options.credentials = chosen
+            options.fallbackCredentials = fallback
+        case nil:
+            break
+        }
         do {
             return .answered(try await sender.send(request, environment: environment, options: options))
         } catch let ended as WaiterEndedSend {
@@ -99,9 +111,10 @@ extension SendRequestProcessor {
         var report = attempt.report
         do {
             let response: APNsResponse
-            switch try await send(attempt.apnsRequest, environment: attempt.environment, options: attempt.options) {
+            switch try await send(attempt.apnsRequest, bundleID: report.bundleID, environment: attempt.environment, options: attempt.options) {
             case .answered(let answer): response = answer
             case .interrupted: return .parked
+            case .noCredential(let reason): return .settled(refusedForCredentials(report, reason: reason, environment: attempt.environment))
             }
             report.attempts = UInt32(clamping: attempt.earlierAttempts + response.attempts)
             report.completedAtMs = clock.nowMilliseconds()
@@ -126,6 +139,23 @@ extension SendRequestProcessor {
             ])
         }
         return .settled(report)
+    }
+
+    /// A notification no credential may send, settled REJECTED with `OUTCOME_REASON_NO_CREDENTIAL`:
+    /// no Apple request, the token stays active. Logged at most once every 5 s (the reason names the
+    /// registry entry, never key material).
+    func refusedForCredentials(_ report: DeliveryReport, reason: String, environment: APNsEnvironment) -> DeliveryReport {
+        var report = report
+        report.outcome = .rejected
+        report.outcomeReason = .noCredential
+        report.completedAtMs = clock.nowMilliseconds()
+        if let suppressed = recordWarnings.withLock({ $0.admit("no_credential", now: .now) }) {
+            logger.warning("notification refused before sending: no APNs credential", [
+                "request_id": report.requestID, "bundle_id": report.bundleID, "environment": environment.rawValue, "reason": reason,
+                "suppressed": "\(suppressed)",
+            ])
+        }
+        return report
     }
 
     /// The outcome of Apple's final answer: delivered, rejected (the token deactivated when Apple

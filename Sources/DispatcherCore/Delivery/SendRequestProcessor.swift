@@ -1,4 +1,5 @@
 import APNs
+import APNsKeyRegistry
 import DispatcherStatus
 import Foundation
 import Postgres
@@ -57,6 +58,9 @@ public final class SendRequestProcessor: Sendable {
     let tokensLoader: Batcher<[String], [String: StoredToken]>
     /// Cancels known to this process (the cancel check of every source's admission).
     let cancellations: CampaignCancellations
+    /// The APNs credentials registry: the key of every send (`send(_:bundleID:environment:options:)`);
+    /// nil leaves the choice to the client's own map.
+    let credentials: CredentialsStore?
 
     /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
     /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
@@ -73,11 +77,15 @@ public final class SendRequestProcessor: Sendable {
     ///   (`CancelCheckPolicy`); default an empty set of this processor's own.
     /// - Parameter marksAcknowledgements: whether acknowledged reports are marked in `send_log` as Kafka
     ///   acknowledges them (`SendLogWriter`), bounding what a redelivery after a crash publishes again.
+    /// - Parameter credentials: the APNs credentials registry that chooses each send's key; nil (the
+    ///   default) leaves it to the client.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
                 monitor: DispatcherMonitor? = nil, otherEnvironmentRetry: OtherEnvironmentRetrySettings = OtherEnvironmentRetrySettings(),
-                cancellations: CampaignCancellations = CampaignCancellations(), marksAcknowledgements: Bool = true) {
+                cancellations: CampaignCancellations = CampaignCancellations(), marksAcknowledgements: Bool = true,
+                credentials: CredentialsStore? = nil) {
         self.cancellations = cancellations
+        self.credentials = credentials
         self.monitor = monitor
         self.otherEnvironmentRetry = otherEnvironmentRetry
         self.budget = AsyncSemaphore(permits: maxInFlight)

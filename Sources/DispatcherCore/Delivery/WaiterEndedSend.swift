@@ -29,4 +29,6 @@ struct WaiterEndedSend: Error, CustomStringConvertible {
 enum SendAnswer: Sendable {
     case answered(APNsResponse)
     case interrupted(SendInterruption)
+    /// No credential may send it (`CredentialsStore.Choice.refused`): nothing was sent.
+    case noCredential(String)
 }

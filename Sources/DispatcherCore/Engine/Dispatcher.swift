@@ -98,7 +98,7 @@ public final class Dispatcher: Sendable {
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
             otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations,
-            marksAcknowledgements: configuration.sendLogAcknowledgementMarks)
+            marksAcknowledgements: configuration.sendLogAcknowledgementMarks, credentials: configuration.credentials)
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }

@@ -1,3 +1,4 @@
+import APNsKeyRegistry
 import Kafka
 import PushDomain
 
@@ -125,6 +126,10 @@ public struct DispatcherConfiguration: Sendable {
     /// (`PUSH_CONSUMER_ERROR_RETRIES`, `PUSH_PARTITION_STALL_MS`, `PUSH_MAX_SEND_REQUEST_BYTES`,
     /// `PUSH_MAX_TOKENS_PER_REQUEST`, `PUSH_TOKEN_REBIND_AFTER_DAYS`).
     public var intake = IntakeSettings()
+    /// The APNs credentials registry (`PUSH_APNS_CREDENTIALS_FILE`, or the single-key shorthand):
+    /// which key sends to which app; a bundle id no key may send to is refused before sending
+    /// (`OUTCOME_REASON_NO_CREDENTIAL`). Nil (the default): the APNs client's own credentials.
+    public var credentials: CredentialsStore?
     /// A name for this replica in logs and reports. Default: the host name.
     public var instanceID: String
 

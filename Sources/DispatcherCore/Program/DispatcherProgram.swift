@@ -1,5 +1,6 @@
 import AdminHTTP
 import APNs
+import APNsKeyRegistry
 import Foundation
 import Kafka
 import ServiceCore
@@ -75,7 +76,7 @@ public enum DispatcherProgram {
         configuration.otherEnvironmentRetry = try OtherEnvironmentRetrySettings.fromEnvironment(env)
         configuration.tokenHygiene = try tokenHygiene(env)
 
-        let tokens = try providerToken(env)
+        let credentials = try apnsCredentials(env)
         let apns = try apnsClient(env)
         let postgresURL = env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push")
         let postgresPassword = try env.fileContents("PUSH_PG_PASSWORD_FILE")
@@ -86,14 +87,14 @@ public enum DispatcherProgram {
         // Freed memory back to the system every so often (README "Operations", memory); 0 turns it off.
         let trimInterval = try env.milliseconds("PUSH_MALLOC_TRIM_INTERVAL_MS", default: .seconds(10))
         let admin = try AdminServer.Settings(environment: env, defaultPort: 9102)
-        guard let tokens else { return ServiceMain.Launch(gracePeriod: gracePeriod) { _ in ServiceMain.Start(services: []) } }
+        guard let credentials else { return ServiceMain.Launch(gracePeriod: gracePeriod) { _ in ServiceMain.Start(services: []) } }
         let dispatcher = configuration
         let kafkaProducer = producer
         return ServiceMain.Launch(gracePeriod: gracePeriod) { logger in
             if trimInterval > .zero { MallocArenas.startTrimming(every: trimInterval) }
             let monitor = DispatcherMonitor()
             var settings = DispatcherService.Settings(
-                dispatcher: dispatcher, apns: apns, tokens: tokens, postgresURL: postgresURL, producer: kafkaProducer, monitor: monitor)
+                dispatcher: dispatcher, apns: apns, credentials: credentials, postgresURL: postgresURL, producer: kafkaProducer, monitor: monitor)
             settings.postgresPassword = postgresPassword
             settings.databaseCheckInterval = databaseCheckInterval
             return ServiceMain.Start(
@@ -141,6 +142,22 @@ public enum DispatcherProgram {
         if hygiene.interval <= .zero { try env.fail("PUSH_TOKEN_HYGIENE_INTERVAL_MS", "must be positive") }
         hygiene.batchSize = try env.int("PUSH_TOKEN_HYGIENE_BATCH_SIZE", default: hygiene.batchSize, in: 1...100_000)
         return hygiene
+    }
+
+    /// The APNs credentials: `PUSH_APNS_CREDENTIALS_FILE` (every key loaded and parsed; errors name
+    /// the file and the entry), or the single-key shorthand (`providerToken`) as one entry `*`. Both at
+    /// once are refused: which one is meant cannot be guessed.
+    /// - Returns: `nil` when a variable is bad (reported through `env`).
+    static func apnsCredentials(_ env: EnvironmentConfig) throws -> CredentialsStore? {
+        guard let file = env.string("PUSH_APNS_CREDENTIALS_FILE") else {
+            return try providerToken(env).map { CredentialsStore(single: $0) }
+        }
+        let shorthand = ["PUSH_APNS_TEAM_ID", "PUSH_APNS_KEY_ID", "PUSH_APNS_KEY_FILE", "PUSH_APNS_KEY"].filter { env.string($0) != nil }
+        if !shorthand.isEmpty {
+            try env.fail("PUSH_APNS_CREDENTIALS_FILE", "is set together with \(shorthand.joined(separator: ", ")): set either the credentials file or the single key, not both")
+            return nil
+        }
+        return try env.attempt("PUSH_APNS_CREDENTIALS_FILE") { try CredentialsStore(file: file) }
     }
 
     /// The provider token: the `.p8` key inline (`PUSH_APNS_KEY`) or from a file (`PUSH_APNS_KEY_FILE`),

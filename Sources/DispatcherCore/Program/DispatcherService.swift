@@ -1,14 +1,16 @@
 import APNs
+import APNsKeyRegistry
 import DispatcherStatus
 import Kafka
 import Postgres
 import ServiceCore
 
 /// The dispatcher as a `Service`: its PostgreSQL pool, Kafka producer and APNs client are opened in
-/// `run(shutdown:)`, in that order, and run with the topic watch and the dispatcher's sources as a
-/// nested `ServiceGroup` that stops in reverse start order: the sources first (all at once: records
-/// finished, offsets stored, consumer closed, campaigns and re-drives drained), then the topic watch,
-/// the APNs client, the producer (flushed) and the pool. See docs/lifecycle.md and
+/// `run(shutdown:)`, in that order, and run with the topic watch, the credentials file's reload and the
+/// dispatcher's sources as a nested `ServiceGroup` that stops in reverse start order: the sources first
+/// (all at once: records finished, offsets stored, consumer closed, campaigns and re-drives drained),
+/// then the credentials reload, the topic watch, the APNs client, the producer (flushed) and the pool.
+/// See docs/lifecycle.md and
 /// docs/dispatcher-engine.md.
 public struct DispatcherService: Service {
     /// Everything the service needs; executables fill it from the environment.
@@ -17,8 +19,12 @@ public struct DispatcherService: Service {
         public var dispatcher: DispatcherConfiguration
         /// The APNs client's settings.
         public var apns: APNsClient.Configuration
-        /// Provider-token (JWT) credentials for APNs.
-        public var tokens: APNsProviderTokenCache
+        /// The APNs credentials registry (`PUSH_APNS_CREDENTIALS_FILE` or the single-key shorthand):
+        /// the key of every send.
+        public var credentials: CredentialsStore
+        /// How often the credentials file's modification time and size are checked for a reload
+        /// (SIGHUP reloads at once). Default 2 seconds.
+        public var credentialsReloadInterval: Duration = .seconds(2)
         /// libpq connection string of the token database.
         public var postgresURL: String
         /// The database password when it is not in `postgresURL` (`PUSH_PG_PASSWORD_FILE`). Default `nil`.
@@ -31,12 +37,12 @@ public struct DispatcherService: Service {
         public var databaseCheckInterval: Duration = .seconds(5)
 
         /// - Parameters: see the properties.
-        public init(dispatcher: DispatcherConfiguration, apns: APNsClient.Configuration, tokens: APNsProviderTokenCache,
+        public init(dispatcher: DispatcherConfiguration, apns: APNsClient.Configuration, credentials: CredentialsStore,
                     postgresURL: String, producer: KafkaProducerConfiguration, monitor: DispatcherMonitor = DispatcherMonitor()) {
             self.monitor = monitor
             self.dispatcher = dispatcher
             self.apns = apns
-            self.tokens = tokens
+            self.credentials = credentials
             self.postgresURL = postgresURL
             self.producer = producer
         }
@@ -82,9 +88,12 @@ public struct DispatcherService: Service {
             throw error
         }
         readiness.setProducer { producer.health.readinessInput }
-        let client = APNsClient(configuration: settings.apns, tokens: settings.tokens, logger: logger.with(["component": "apns"]))
+        // Every send names its credentials (the registry's choice); the client has no default.
+        let client = APNsClient(configuration: settings.apns, credentials: [:], logger: logger.with(["component": "apns"]))
+        var configuration = settings.dispatcher
+        configuration.credentials = settings.credentials
         let dispatcher = Dispatcher(
-            configuration: settings.dispatcher, store: TokenStore(pool: pool, tokenRebindAfterDays: settings.dispatcher.intake.tokenRebindAfterDays), sender: client, producer: producer, logger: logger,
+            configuration: configuration, store: TokenStore(pool: pool, tokenRebindAfterDays: settings.dispatcher.intake.tokenRebindAfterDays), sender: client, producer: producer, logger: logger,
             monitor: settings.monitor)
         defer { readiness.setPhase(.stopping) }
         let group = ServiceGroup(
@@ -93,6 +102,8 @@ public struct DispatcherService: Service {
                 .init(KafkaProducerService(producer: producer, readiness: readiness), name: "kafka producer"),
                 .init(APNsClientService(client: client), name: "apns client"),
                 .init(KafkaTopicWatchService(watch: topicWatch), name: "kafka topic watch"),
+                .init(CredentialsReloadService(store: settings.credentials, interval: settings.credentialsReloadInterval),
+                      name: "apns credentials reload"),
                 .init(dispatcher, name: "dispatcher"),
             ],
             configuration: .nested(shutdownOrder: .reverseStartOrder), logger: logger.with(["component": "lifecycle"]))

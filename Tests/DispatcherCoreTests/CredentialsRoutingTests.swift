@@ -1,0 +1,105 @@
+import APNs
+import APNsKeyRegistry
+import APNsSimulator
+import Foundation
+import Kafka
+import ProtobufCodec
+import PushMessages
+import PushTestSupport
+import ServiceCore
+import Testing
+
+@testable import DispatcherCore
+
+extension DispatcherEngineSuites {
+    /// The credentials registry in the whole engine (`EngineWorld`: the mock Kafka cluster, PostgreSQL,
+    /// the APNs simulator over TLS trusting one key of each of two more teams): each app's notifications
+    /// go out with its own team's key on connections of that team only, and a bundle id without a
+    /// credential is refused before sending with `OUTCOME_REASON_NO_CREDENTIAL`.
+    @Suite(.testDatabase, .serialized, .timeLimit(.minutes(3)))
+    struct CredentialsRoutingTests {
+        /// A P-256 key made by openssl in `directory`: `<name>.p8` and its public half's PEM.
+        static func makeKey(_ name: String, in directory: URL) async throws -> String {
+            let p8 = directory.appendingPathComponent("\(name).p8").path
+            let pub = directory.appendingPathComponent("\(name).pub.pem").path
+            for command in [["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", p8],
+                            ["openssl", "pkey", "-in", p8, "-pubout", "-out", pub]] {
+                let made = try await runProgram(command)
+                try #require(made.status == 0, "openssl: \(made.output)")
+            }
+            return try String(contentsOfFile: pub, encoding: .utf8)
+        }
+
+        /// The `iss` and `kid` of a request's provider token (`authorization: bearer <JWT>`).
+        static func issuerAndKey(_ record: APNsSimulatorRecord) -> (iss: String, kid: String)? {
+            guard let authorization = record.headers.first(where: { $0.name == "authorization" })?.value else { return nil }
+            let parts = authorization.dropFirst("bearer ".count).split(separator: ".").map(String.init)
+            guard parts.count == 3 else { return nil }
+            func object(_ part: String) -> JSONObject? {
+                var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                while text.utf8.count % 4 != 0 { text += "=" }
+                guard case .object(let object)? = (try? Base64.decode(text)).flatMap({ try? JSONValue(parsing: $0) }) else { return nil }
+                return object
+            }
+            guard case .string(let kid)? = object(parts[0])?["kid"], case .string(let iss)? = object(parts[1])?["iss"] else { return nil }
+            return (iss, kid)
+        }
+
+        static func request(_ requestID: String, bundleID: String, token: String) -> SendRequest {
+            var request = SendRequest(
+                requestID: requestID, target: .deviceTokens(DeviceTokens(deviceTokens: [token])),
+                notification: PushMessages.Notification(
+                    bundleID: bundleID, environment: .production, pushType: .alert, payload: #"{"aps":{"alert":"hi"}}"#))
+            request.createdAtMs = SystemWallClock().nowMilliseconds()
+            return request
+        }
+
+        @Test func twoTeamsAreDeliveredWithTheirOwnKeysAndAnAppWithoutACredentialIsRefused() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("credentials-routing-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let teamA = try await Self.makeKey("team-a", in: directory)
+            let teamB = try await Self.makeKey("team-b", in: directory)
+            let world = try await EngineWorld(trustedKeys: [
+                APNsSimulator.TrustedKey(keyID: "KEYA000001", teamID: "TEAMA00001", publicKeyPEM: teamA),
+                APNsSimulator.TrustedKey(keyID: "KEYB000001", teamID: "TEAMB00001", publicKeyPEM: teamB),
+            ])
+            let file = directory.appendingPathComponent("credentials.json")
+            try """
+                {"apps": [{"bundle_id": "com.teama.*", "keys": [{"team_id": "TEAMA00001", "key_id": "KEYA000001", "p8_file": "team-a.p8"}]},
+                          {"bundle_id": "com.teamb.app", "keys": [{"team_id": "TEAMB00001", "key_id": "KEYB000001", "p8_file": "team-b.p8"}]}]}
+                """.write(to: file, atomically: true, encoding: .utf8)
+            let credentials = try CredentialsStore(file: file.path)
+            let engine = try world.startEngine { $0.credentials = credentials }
+
+            let sends = [("team-a-1", "com.teama.mail", EngineWorld.token("a1")), ("team-a-2", "com.teama.chat", EngineWorld.token("a2")),
+                         ("team-b-1", "com.teamb.app", EngineWorld.token("b1")), ("team-c-1", "com.teamc.app", EngineWorld.token("c1"))]
+            for (requestID, bundleID, token) in sends { _ = try await world.produceRequest(Self.request(requestID, bundleID: bundleID, token: token)) }
+            try await eventually("every request completed") { sends.allSatisfy { world.feedback.completions($0.0).count == 1 } }
+            try await engine.stop()
+
+            for (requestID, _, _) in sends.prefix(3) {
+                #expect(world.feedback.reports(requestID).map(\.outcome) == [.delivered], "\(requestID)")
+            }
+            let refused = world.feedback.reports("team-c-1")
+            #expect(refused.map(\.outcome) == [.rejected] && refused.map(\.outcomeReason) == [.noCredential])
+            #expect(refused.first?.httpStatus == 0 && refused.first?.apnsReason == "")
+            // Never a token deactivation for a missing credential.
+            #expect(!world.feedback.all.contains { if case .tokenInvalidated? = $0.event { true } else { false } })
+
+            let records = world.simulator.receivedRequests()
+            #expect(!records.contains { $0.path == "/3/device/\(EngineWorld.token("c1"))" }, "no request for the app without a credential")
+            var teamsByTopic: [String: Set<String>] = [:]
+            var teamsByConnection: [String: Set<String>] = [:]
+            for record in records {
+                let topic = record.headers.first { $0.name == "apns-topic" }?.value ?? ""
+                let issuer = Self.issuerAndKey(record).map { "\($0.iss)/\($0.kid)" } ?? "none"
+                teamsByTopic[topic, default: []].insert(issuer)
+                teamsByConnection["\(record.environment)-\(record.connectionID)", default: []].insert(Self.issuerAndKey(record)?.iss ?? "none")
+            }
+            #expect(teamsByTopic == ["com.teama.mail": ["TEAMA00001/KEYA000001"], "com.teama.chat": ["TEAMA00001/KEYA000001"],
+                                     "com.teamb.app": ["TEAMB00001/KEYB000001"]])
+            #expect(teamsByConnection.count >= 2 && teamsByConnection.values.allSatisfy { $0.count == 1 }, "\(teamsByConnection)")
+            await world.close()
+        }
+    }
+}
