@@ -194,6 +194,8 @@ public enum DispatcherProgram {
             try env.fail("PUSH_APNS_CA_FILE", "cannot read \(caFile)")
         }
         apns.connectionsPerPool = try env.int("PUSH_APNS_CONNECTIONS", default: apns.connectionsPerPool, in: 1...1_000)
+        apns.keyRetryDelay = try env.milliseconds("PUSH_APNS_KEY_RETRY_MS", default: apns.keyRetryDelay)
+        apns.idleCloseAfter = try env.milliseconds("PUSH_APNS_POOL_IDLE_CLOSE_MS", default: apns.idleCloseAfter)
         apns.requestTimeout = try env.milliseconds("PUSH_APNS_REQUEST_TIMEOUT_MS", default: apns.requestTimeout)
         apns.retryHorizon.absent = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_MS", default: apns.retryHorizon.absent)
         apns.retryHorizon.immediate = try env.milliseconds("PUSH_APNS_RETRY_HORIZON_IMMEDIATE_MS", default: apns.retryHorizon.immediate)

@@ -90,6 +90,8 @@ public struct DispatcherService: Service {
         readiness.setProducer { producer.health.readinessInput }
         // Every send names its credentials (the registry's choice); the client has no default.
         let client = APNsClient(configuration: settings.apns, credentials: [:], logger: logger.with(["component": "apns"]))
+        settings.monitor.setKeyFallbacks { client.keysInFallback() }
+        defer { settings.monitor.setKeyFallbacks(nil) }
         var configuration = settings.dispatcher
         configuration.credentials = settings.credentials
         let dispatcher = Dispatcher(

@@ -1,3 +1,4 @@
+import APNs
 import DispatcherStatus
 import Kafka
 import PushMessages
@@ -30,6 +31,8 @@ public final class DispatcherMonitor: Sendable {
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
     private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
     private let providerTokenFaults = Mutex(AppleTrouble())
+    /// The keys being rotated in that APNs refused (the APNs client's `keysInFallback`), while it runs.
+    private let keyFallbacks = Mutex<(@Sendable () -> [APNsKeyFallbacks.Refusal])?>(nil)
     private let unreachable = Mutex(AppleTrouble())
 
     /// Registers the dispatcher's scrape-time gauges in `registry` (the first monitor registered in a
@@ -106,6 +109,13 @@ public final class DispatcherMonitor: Sendable {
         engine.withLock { $0 }?() ?? EngineSnapshot()
     }
 
+    /// Sets (or clears) what `/readyz`'s body reads the refused keys from: one informational line per
+    /// key and bundle ID whose sends go to the key before it (never a readiness condition: the
+    /// fallback key delivers).
+    func setKeyFallbacks(_ read: (@Sendable () -> [APNsKeyFallbacks.Refusal])?) {
+        keyFallbacks.withLock { $0 = read }
+    }
+
     /// Notes a final outcome that blames our credentials or Apple's reachability, for `/readyz`'s body.
     func noteAppleTrouble(_ report: DeliveryReport) {
         if report.outcomeReason == .providerTokenFault {
@@ -141,9 +151,14 @@ public final class DispatcherMonitor: Sendable {
             let age = Duration.nanoseconds(Int64(now > trouble.lastAt ? now - trouble.lastAt : 0))
             return "\(trouble.count) \(what) since start, last \(age.secondsText) ago (\(trouble.lastReason)); not a readiness condition"
         }
+        let fallbacks = (keyFallbacks.withLock { $0 }?() ?? []).map { refusal -> ProbeReport.Check in
+            .init("apns.key_fallback", .info,
+                  "key \(refusal.teamID)/\(refusal.keyID) refused for \(refusal.bundleID) (\(refusal.reason.rawValue), \(refusal.refusals) times):"
+                      + " sending on \(refusal.fallbackKeyID); tried again at \(refusal.retryAt) ms; not a readiness condition")
+        }
         return [
             .init("apns.provider_token", .info, describe(providerTokenFaults.withLock { $0 }, "provider-token faults")),
             .init("apns.reachability", .info, describe(unreachable.withLock { $0 }, "notifications failed for Apple's availability")),
-        ]
+        ] + fallbacks
     }
 }
