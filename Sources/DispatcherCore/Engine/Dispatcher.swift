@@ -97,7 +97,8 @@ public final class Dispatcher: Sendable {
         self.processor = SendRequestProcessor(
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
-            otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations)
+            otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations,
+            userPageSize: configuration.userPageSize ?? configuration.campaigns.pageSize)
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
