@@ -1,3 +1,4 @@
+import APNsSimulator
 import PushTestSupport
 import ServiceCore
 import Testing
@@ -96,5 +97,63 @@ import Testing
         #expect(gate.queued[.campaign] == 0)
         gate.leave(.transactional)
         try await gate.enter(.campaign)  // passes at once
+    }
+}
+
+extension DispatcherEngineSuites {
+    /// Class priority on a running engine (`EngineWorld`: real PostgreSQL, librdkafka's mock cluster,
+    /// the APNs simulator over TLS).
+    @Suite(.testDatabase, .serialized, .timeLimit(.minutes(5)))
+    struct ClassPriorityEngineTests {
+        init() { ProcessSignals.ignoreSIGPIPE() }
+
+        /// A campaign runs while a request waits for the transactional budget (one permit, held by a
+        /// notification whose answer the simulator holds): the campaign's notifications queue at class
+        /// priority (`push_admission_queued{class="campaign"}`), none reaches Apple, and once the budget
+        /// frees the request's notification is sent before any of the campaign's. Before class priority
+        /// the campaign's lane had room and its page went out while the request waited.
+        @Test func aRequestWaitingForItsBudgetIsSentBeforeARunningCampaignsQueuedWork() async throws {
+            let world = try await EngineWorld()
+            let campaignTokens = (0..<6).map { EngineWorld.token("c5", $0) }
+            let busy = EngineWorld.token("a5"), waiting = EngineWorld.token("b5")
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: [busy])
+            world.simulator.setFaults(faults)
+            let engine = try world.startEngine {
+                $0.maxInFlightNotifications = 1
+                $0.maxInFlightPerPartition = 4
+                $0.campaigns.runnerEnabled = true
+                $0.campaigns.pageSize = 2
+                $0.campaigns.pagesInFlight = 1
+            }
+            try await world.register(campaignTokens)
+            try await eventually("the campaign's tokens registered") {
+                try await world.pool.query("SELECT 1 FROM device_tokens WHERE device_token LIKE 'c5%'").count == campaignTokens.count
+            }
+            try await world.send("busy-1", to: [busy])
+            try await eventually("the request holding the budget is in flight") { world.simulator.heldTokens() == [busy] }
+            try await world.send("waiting-1", to: [waiting])
+            try await eventually("the waiting request runs beside it") { engine.recordsInFlight == 2 }
+            try await world.sendToAudience("campaign-5")
+            try await eventually("the campaign's work queued behind the waiting request") {
+                engine.registry.value("push_admission_queued", labels: ["campaign"]) ?? 0 >= 1
+            }
+            let sent = { (tokens: [String]) in
+                world.simulator.receivedRequests().filter { record in tokens.contains { record.path == "/3/device/\($0)" } }.count
+            }
+            #expect(sent(campaignTokens) == 0 && sent([waiting]) == 0)
+            world.simulator.releaseHeld(token: busy)
+            try await eventually("the requests and the campaign completed") {
+                world.feedback.completions("busy-1").count == 1 && world.feedback.completions("waiting-1").count == 1
+                    && world.feedback.completions("campaign-5").count == 1
+            }
+            let paths = world.simulator.receivedRequests().map(\.path)
+            let request = try #require(paths.firstIndex(of: "/3/device/\(waiting)"))
+            let firstCampaign = try #require(paths.firstIndex { path in campaignTokens.contains { path == "/3/device/\($0)" } })
+            #expect(request < firstCampaign, "the waiting request's notification went first")
+            #expect(engine.registry.value("push_admission_queued", labels: ["campaign"]) == 0)
+            try await engine.stop()
+            await world.close()
+        }
     }
 }
