@@ -33,11 +33,17 @@ protocol AdmissionPolicy: Sendable {
 
     /// The answer of a policy that `rechecksBeforeSend`, without waiting.
     func recheck(_ candidate: AdmissionCandidate) -> AdmissionVerdict
+
+    /// Told once the chain is done with `candidate` (admitted, settled, or a later policy threw),
+    /// for every policy whose `admit` returned: a policy that counts candidates in admission
+    /// (`ClassPriorityPolicy`) stops counting it here.
+    func admissionEnded(_ candidate: AdmissionCandidate)
 }
 
 extension AdmissionPolicy {
     var rechecksBeforeSend: Bool { false }
     func recheck(_ candidate: AdmissionCandidate) -> AdmissionVerdict { .admit }
+    func admissionEnded(_ candidate: AdmissionCandidate) {}
 }
 
 /// The ordered admission policies of one source (a request, a campaign page, a parked re-drive).
@@ -48,12 +54,16 @@ struct AdmissionChain: Sendable {
 
     /// Asks every policy in order. A `.settle` verdict turns the candidate into one that does not
     /// send; later policies still see it (a budget bounds settlements too). The first settlement wins.
+    /// Every policy whose `admit` returned is told `admissionEnded` before this returns or throws.
     /// - Throws: `CancellationError` while a policy waits (permits taken so far stay with `permit`).
     func admit(_ candidate: AdmissionCandidate, permit: NotificationPermit) async throws -> AdmissionVerdict {
         var candidate = candidate
         var verdict = AdmissionVerdict.admit
+        var asked = 0
+        defer { for policy in policies.prefix(asked) { policy.admissionEnded(candidate) } }
         for policy in policies {
             let answer = try await policy.admit(candidate, permit: permit)
+            asked += 1
             if case .settle = answer, verdict == .admit {
                 verdict = answer
                 candidate.sends = false

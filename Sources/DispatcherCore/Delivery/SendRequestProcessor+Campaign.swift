@@ -20,7 +20,8 @@ extension SendRequestProcessor {
     }
 
     /// Sends one page of a campaign through the pipeline (`deliver`) like any batch, without a
-    /// `RequestCompleted`. Its admission: the cancel check (the process-wide cancels, or `cancelled()`),
+    /// `RequestCompleted`. Its admission: class priority (`.campaign`: behind transactional
+    /// notifications waiting for their budget), the cancel check (the process-wide cancels, or `cancelled()`),
     /// then a permit of `lane` (the campaign lane, not the transactional budget), then the app's token
     /// bucket (`limiter`); settlements take neither.
     ///
@@ -55,6 +56,7 @@ extension SendRequestProcessor {
         let context = DeliveryContext(
             request: request, template: template, requestedAt: requestedAt, lane: .campaign, retryContext: .unbounded(),
             admission: AdmissionChain([
+                ClassPriorityPolicy(gate: classPriority, workClass: .campaign),
                 CancelCheckPolicy(cancellations: cancellations, alsoCancelled: cancelled),
                 InFlightBudgetPolicy(budget: lane, budgetsSettlements: false),
                 AppRateLimitPolicy(limiter: limiter),

@@ -10,22 +10,25 @@ extension SendRequestProcessor {
     /// send, settle, record and publish it in a task of its own; the notifications of a batch go out
     /// concurrently (the APNs pool multiplexes them) within what admission allows.
     ///
+    /// `shared`: the record's activity when the batch is one page of several (`deliverPages`, which
+    /// says when starting is done); nil: the batch is the record's only one.
+    ///
     /// Once `context.shouldStop()` answers true, no further notification starts; those in flight
     /// finish and are recorded, and the result says `abandoned`.
     /// - Returns: the batch's counts, parked notifications and whether it was abandoned. The reports
     ///   published are in `context.acks` (the caller waits for them).
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`) and `CancellationError`; the
     ///   batch can be redone (idempotent through `send_log`).
-    func deliver(_ batch: DeliveryBatch, _ context: DeliveryContext) async throws -> BatchResult {
+    func deliver(_ batch: DeliveryBatch, _ context: DeliveryContext, activity shared: RecordActivity? = nil) async throws -> BatchResult {
         defer { context.turn?.started.fire() }
         let tally = BatchTally()
-        let activity = RecordActivity(context.retryContext)
-        defer { activity.startingDone() }
+        let activity = shared ?? RecordActivity(context.retryContext)
+        defer { if shared == nil { activity.startingDone() } }
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
             await context.turn?.after?.wait()
             defer {
-                activity.startingDone()
+                if shared == nil { activity.startingDone() }
                 context.turn?.started.fire()
             }
             for target in batch.targets {

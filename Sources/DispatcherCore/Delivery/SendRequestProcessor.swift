@@ -54,13 +54,19 @@ public final class SendRequestProcessor: Sendable {
     let completionRecorder: Batcher<CompletionRow, Void>
     /// Reports acknowledged in this process for requests not finished yet.
     let acknowledged: AcknowledgedReports
-    let userTokensLoader: Batcher<[String], [String: [StoredToken]]>
+    let userTokensLoader: Batcher<UserTokensRead, [String: [StoredToken]]>
+    /// Tokens per page of a `user_ids` request's tokens, and the most of a request's earlier outcomes
+    /// read at once (`UserTokenPages`, docs/dispatcher-engine.md "A user's tokens in pages").
+    let userPageSize: Int
     let tokensLoader: Batcher<[String], [String: StoredToken]>
     /// Cancels known to this process (the cancel check of every source's admission).
     let cancellations: CampaignCancellations
     /// The APNs credentials registry: the key of every send (`send(_:bundleID:environment:options:)`);
     /// nil leaves the choice to the client's own map.
     let credentials: CredentialsStore?
+    /// Class priority across this processor's sources (`ClassPriorityPolicy`, first in their chains):
+    /// transactional notifications waiting for their budget go before bulk and campaign ones.
+    let classPriority = ClassPriorityGate()
 
     /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
     /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
@@ -79,11 +85,15 @@ public final class SendRequestProcessor: Sendable {
     ///   acknowledges them (`SendLogWriter`), bounding what a redelivery after a crash publishes again.
     /// - Parameter credentials: the APNs credentials registry that chooses each send's key; nil (the
     ///   default) leaves it to the client.
+    /// - Parameter userPageSize: tokens per page of a `user_ids` request (and earlier outcomes of a
+    ///   redelivered request read at once); default 1,000, at least 1.
     public init(store: TokenStore, sender: any NotificationSender, feedback: FeedbackPublisher,
                 defaultEnvironment: APNsEnvironment, clock: any WallClock, logger: Logger, maxInFlight: Int = 1_000,
                 monitor: DispatcherMonitor? = nil, otherEnvironmentRetry: OtherEnvironmentRetrySettings = OtherEnvironmentRetrySettings(),
                 cancellations: CampaignCancellations = CampaignCancellations(), marksAcknowledgements: Bool = true,
-                credentials: CredentialsStore? = nil) {
+                credentials: CredentialsStore? = nil, userPageSize: Int = 1_000) {
+        let userPageSize = max(1, userPageSize)
+        self.userPageSize = userPageSize
         self.cancellations = cancellations
         self.credentials = credentials
         self.monitor = monitor
@@ -94,7 +104,7 @@ public final class SendRequestProcessor: Sendable {
         let parking = store.makePendingRetryStore()
         self.parking = parking
         self.progressLoader = Batcher(name: "request progress") { requestIDs in
-            let found = try await parking.progress(requestIDs: requestIDs)
+            let found = try await parking.progress(requestIDs: requestIDs, limit: userPageSize)
             return requestIDs.map { found[$0] ?? PendingRetryStore.RequestProgress() }
         }
         self.completedLoader = Batcher(name: "request completions look-up") { [store] requestIDs in
@@ -106,9 +116,14 @@ public final class SendRequestProcessor: Sendable {
             return rows.map { _ in () }
         }
         self.acknowledged = AcknowledgedReports()
-        self.userTokensLoader = Batcher(name: "tokens by user") { [store] lists in
-            let found = try await store.activeTokens(ofUsers: Array(Set(lists.joined())))
-            return lists.map { users in Dictionary(uniqueKeysWithValues: users.map { ($0, found[$0] ?? []) }) }
+        self.userTokensLoader = Batcher(name: "tokens by user") { [store] reads in
+            // One statement for the batch, at the largest limit asked; each read keeps its own.
+            let found = try await store.activeTokens(ofUsers: reads.flatMap(\.users), limit: reads.map(\.limit).max() ?? 1)
+            return reads.map { read in
+                var tokens: [String: [StoredToken]] = [:]
+                for user in read.users { tokens[user] = Array((found[user] ?? []).prefix(read.limit)) }
+                return tokens
+            }
         }
         self.tokensLoader = Batcher(name: "tokens by device token") { [store] lists in
             let found = try await store.tokens(Array(Set(lists.joined())))
@@ -156,7 +171,8 @@ public final class SendRequestProcessor: Sendable {
         // The look-ups are batched with those of other requests running at the same time.
         async let completedLookup = completedLoader.submit(request.requestID)
         async let progressLookup = progressLoader.submit(request.requestID)
-        let batch = try await resolve(target, template: template, environment: notification.environment.apnsEnvironment)
+        let environment = notification.environment.apnsEnvironment
+        let (batch, more) = try await resolveFirst(target, template: template, environment: environment)
         if try await completedLookup {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
             // and the RequestCompleted were acknowledged then; nothing is sent or published again.
@@ -170,9 +186,14 @@ public final class SendRequestProcessor: Sendable {
         let context = DeliveryContext(
             request: request, template: template, requestedAt: request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs,
             lane: .transactional, retryContext: retryContext,
-            admission: AdmissionChain([InFlightBudgetPolicy(budget: budget), cancel]), acks: Acknowledgements(),
+            admission: AdmissionChain([
+                ClassPriorityPolicy(gate: classPriority, workClass: more != nil || batch.count > userPageSize ? .bulk : .transactional),
+                InFlightBudgetPolicy(budget: budget), cancel,
+            ]),
+            acks: Acknowledgements(),
             recorded: progress.recorded, parked: progress.parked, shouldStop: shouldStop)
-        let result = try await deliver(batch, context)
+        let result = try await deliverPages(
+            first: batch, more: more, progress: progress, context: context, environment: environment)
         if result.abandoned {
             try await context.acks.waitForAll()
             // Every outcome recorded so far had its report acknowledged: the next owner need not

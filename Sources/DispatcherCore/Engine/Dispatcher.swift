@@ -98,7 +98,16 @@ public final class Dispatcher: Sendable {
             store: store, sender: sender, feedback: feedback, defaultEnvironment: configuration.defaultEnvironment,
             clock: clock, logger: logger, maxInFlight: configuration.maxInFlightNotifications, monitor: monitor,
             otherEnvironmentRetry: configuration.otherEnvironmentRetry, cancellations: cancellations,
-            marksAcknowledgements: configuration.sendLogAcknowledgementMarks, credentials: configuration.credentials)
+            marksAcknowledgements: configuration.sendLogAcknowledgementMarks, credentials: configuration.credentials,
+            userPageSize: configuration.userPageSize ?? configuration.campaigns.pageSize)
+        let classPriority = processor.classPriority
+        metrics.gaugeCallback(
+            "push_admission_queued", help: "Notifications waiting at class priority while transactional ones are admitted (class: bulk, campaign).",
+            labelNames: ["class"]
+        ) {
+            classPriority.queued.filter { $0.key != .transactional }.sorted { $0.key.rawValue < $1.key.rawValue }
+                .map { MetricSample(labels: ["\($0.key)"], value: Double($0.value)) }
+        }
         self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }

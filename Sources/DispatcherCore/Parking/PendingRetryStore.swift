@@ -211,19 +211,62 @@ public final class PendingRetryStore: Sendable {
         return try rows.first?.int("n") ?? 0
     }
 
-    /// What earlier deliveries of several requests left, read in one statement (one snapshot, so a
+    /// What earlier deliveries left of several requests, read in one statement (one snapshot, so a
     /// notification moving from `pending_retries` to `send_log` is seen in one of them): recorded
     /// outcomes and parked tokens, by request id.
+    /// - Parameter limit: rows read per request and table; nil: all. A request with as many rows
+    ///   as `limit` in either table gets `RequestProgress.complete` false (its tokens' progress is
+    ///   then read page by page with `progress(requestID:tokens:)`), so a redelivered fan-out to a
+    ///   million tokens does not hold a million reports at once.
     /// - Throws: `PostgresError`.
-    public func progress(requestIDs: [String]) async throws -> [String: RequestProgress] {
+    public func progress(requestIDs: [String], limit: Int? = nil) async throws -> [String: RequestProgress] {
         guard !requestIDs.isEmpty else { return [:] }
         let rows = try await pool.withConnection { connection in
-            try await connection.query("""
-                SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log WHERE request_id = ANY($1::text[])
-                UNION ALL
-                SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
-                """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+            if let limit {
+                try await connection.query("""
+                    SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked
+                      FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
+                     CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log WHERE request_id = r.id LIMIT $2) AS s
+                    UNION ALL
+                    SELECT r.id, p.device_token, NULL, false, true
+                      FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
+                     CROSS JOIN LATERAL (SELECT device_token FROM pending_retries WHERE request_id = r.id LIMIT $2) AS p
+                    """, [.string(PostgresArrayLiteral.text(requestIDs)), .int(max(1, limit))], prepared: true)
+            } else {
+                try await connection.query("""
+                    SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log WHERE request_id = ANY($1::text[])
+                    UNION ALL
+                    SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
+                    """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+            }
         }
+        var result = try Self.progress(rows)
+        if let limit {
+            for (id, progress) in result where progress.recorded.count >= limit || progress.parked.count >= limit {
+                result[id]?.complete = false
+            }
+        }
+        return result
+    }
+
+    /// What earlier deliveries of `requestID` left for `tokens` only (one page of a request whose
+    /// `progress(requestIDs:limit:)` was not complete).
+    /// - Throws: `PostgresError`.
+    public func progress(requestID: String, tokens: [String]) async throws -> RequestProgress {
+        guard !tokens.isEmpty else { return RequestProgress() }
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log
+                 WHERE request_id = $1 AND device_token = ANY($2::text[])
+                UNION ALL
+                SELECT request_id, device_token, NULL, false, true FROM pending_retries
+                 WHERE request_id = $1 AND device_token = ANY($2::text[])
+                """, [.string(requestID), .string(PostgresArrayLiteral.text(tokens))], prepared: true)
+        }
+        return try Self.progress(rows)[requestID] ?? RequestProgress()
+    }
+
+    private static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
         var result: [String: RequestProgress] = [:]
         for row in rows {
             guard let requestID = try row.string("request_id"), let token = try row.string("device_token") else { continue }
@@ -243,6 +286,9 @@ public final class PendingRetryStore: Sendable {
         public var recorded: [String: TokenStore.RecordedOutcome] = [:]
         /// Tokens parked in `pending_retries` (their outcome comes from the parked path).
         public var parked: Set<String> = []
+        /// Whether `recorded` and `parked` hold everything of the request; false when a read was
+        /// limited (`progress(requestIDs:limit:)`) and may have left rows out.
+        public var complete = true
         public init() {}
     }
 

@@ -56,6 +56,9 @@ public struct DispatcherConfiguration: Sendable {
     public var maxInFlightRecordBytes = 64 << 20
     /// Notifications of one request sent to APNs at once. Default 1,000.
     public var maxInFlightNotifications = 1_000
+    /// Tokens per page of a `user_ids` request (docs/dispatcher-engine.md "A user's tokens in
+    /// pages"); the campaign page size (`PUSH_CAMPAIGN_PAGE_SIZE`) by default.
+    public var userPageSize: Int? = nil
     /// Token events applied in one batch (one transaction). Default 500.
     public var tokenEventBatchSize = 500
     /// How long a revocation waits for the revoked partitions' running records before cancelling

@@ -132,5 +132,12 @@ public enum TokenStoreMigrations {
             """),
         // Cancels seen by any replica (docs/campaigns.md "Cancellation"): defined beside their store.
         CancellationStore.migration,
+        Migration(version: 11, name: "device_tokens_user_pages", sql: """
+            -- A user's tokens read in pages (docs/dispatcher-engine.md "A user's tokens in pages"):
+            -- keyset paging by device token within one user, as an audience pages by
+            -- device_tokens_campaign_audience. device_tokens_user_active (user_id, bundle_id) cannot
+            -- serve ORDER BY device_token: every page of a user with a million tokens sorted them all.
+            CREATE INDEX device_tokens_user_pages ON device_tokens (user_id, device_token) WHERE status = 'active';
+            """),
     ]
 }
