@@ -17,6 +17,15 @@
 #include <openssl/hmac.h>
 #include <openssl/crypto.h>
 
+/* OpenSSL's process-wide set-up without its exit handler (OPENSSL_init_crypto(3),
+ * OPENSSL_INIT_NO_ATEXIT): by default OpenSSL frees its global state in an atexit handler, and a
+ * thread still inside libcrypto when the process exits (a connection's TLS, a JWT being signed)
+ * then crashes on freed memory. Only the first full initialization of a process decides, so every
+ * module calls this before its first other OpenSSL call; later calls cost a few atomic loads. */
+static inline int shim_openssl_prepare(void) {
+    return OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
+}
+
 /* OpenSSL macros Swift cannot call: static inline wrappers. */
 static inline long shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
     return SSL_set_tlsext_host_name(ssl, name);

@@ -20,6 +20,7 @@ package enum OpenSSL {
     /// Runs `body` with a read-only memory BIO over `bytes`; nil when the BIO cannot be made (out of
     /// memory: the caller reports it with `drainErrors()` as it reports a `nil` from `body`).
     package static func withMemoryBIO<T>(_ bytes: [UInt8], _ body: (OpaquePointer) -> T?) -> T? {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         guard let bio = BIO_new(BIO_s_mem()) else { return nil }
         defer { BIO_free(bio) }
         guard bytes.isEmpty || BIO_write(bio, bytes, Int32(bytes.count)) == Int32(bytes.count) else { return nil }
@@ -28,6 +29,7 @@ package enum OpenSSL {
 
     /// Writes through `write` into a memory BIO and returns its contents as text (PEM).
     package static func pem(_ write: (OpaquePointer) -> Int32) -> String? {
+        _ = shim_openssl_prepare()
         guard let bio = BIO_new(BIO_s_mem()) else { return nil }
         defer { BIO_free(bio) }
         guard write(bio) == 1 else { return nil }
@@ -112,7 +114,8 @@ package final class OpenSSLKey: @unchecked Sendable {
 
     /// DER `ECDSA-Sig-Value` → 64-byte R‖S; `nil` when malformed or a half exceeds 32 bytes.
     package static func rawSignature(fromDER der: [UInt8]) -> [UInt8]? {
-        der.withUnsafeBufferPointer { buffer -> [UInt8]? in
+        _ = shim_openssl_prepare()
+        return der.withUnsafeBufferPointer { buffer -> [UInt8]? in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
             guard let signature = d2i_ECDSA_SIG(nil, &cursor, buffer.count) else { return nil }
             defer { ECDSA_SIG_free(signature) }
@@ -129,6 +132,7 @@ package final class OpenSSLKey: @unchecked Sendable {
 
     /// 64-byte R‖S → DER `ECDSA-Sig-Value`; `nil` on failure.
     package static func derSignature(fromRaw raw: [UInt8]) -> [UInt8]? {
+        _ = shim_openssl_prepare()
         guard raw.count == 64, let signature = ECDSA_SIG_new() else { return nil }
         defer { ECDSA_SIG_free(signature) }
         let r = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, 32, nil) }

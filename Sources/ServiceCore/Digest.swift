@@ -23,6 +23,7 @@ public enum Digest {
     /// SHA-256 of bytes held elsewhere (a C library's buffer), without copying them.
     /// - Returns: the 32-byte digest.
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
+        _ = shim_openssl_prepare()
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         let status = output.withUnsafeMutableBufferPointer { out in
@@ -64,6 +65,7 @@ public enum Digest {
     /// `EVP_Digest` fails only when OpenSSL cannot allocate its context or the algorithm is missing
     /// from the default provider, which no caller can recover from: a precondition, not an error.
     private static func digest(_ bytes: [UInt8], _ algorithm: OpaquePointer?, name: String) -> [UInt8] {
+        _ = shim_openssl_prepare()
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         let status = bytes.withUnsafeBytes { input in

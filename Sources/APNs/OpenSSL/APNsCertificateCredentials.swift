@@ -34,6 +34,7 @@ public final class APNsCertificateCredentials: Sendable {
     ///   - privateKeyPassword: the password of an encrypted key.
     /// - Throws: `APNsError` `.invalidCertificate` when either cannot be read or they do not match.
     public convenience init(certificatePEM: String, privateKeyPEM: String, privateKeyPassword: String? = nil) throws(APNsError) {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         ERR_clear_error()
         let certificates: [X509Handle] = OpenSSL.withMemoryBIO(Array(certificatePEM.utf8)) { bio in
             var result: [X509Handle] = []
@@ -118,6 +119,7 @@ public final class APNsCertificateCredentials: Sendable {
     public var privateKeyPEM: String { key.privateKeyPEM }
 
     private static func parsePKCS12(_ bytes: [UInt8], password: String) -> Result<(X509Handle, OpenSSLKey, [X509Handle]), APNsError> {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         ERR_clear_error()
         let p12: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
@@ -173,7 +175,8 @@ public final class APNsCertificateCredentials: Sendable {
     /// (docs/apns-protocol.md §5); `[]` when the certificate has none or cannot be parsed. The APNs
     /// simulator uses it on the certificates clients present.
     public static func topics(inCertificateDER der: [UInt8]) -> [String] {
-        der.withUnsafeBufferPointer { buffer -> [String] in
+        _ = shim_openssl_prepare()
+        return der.withUnsafeBufferPointer { buffer -> [String] in
             guard let base = buffer.baseAddress else { return [] }
             var cursor: UnsafePointer<UInt8>? = base
             guard let certificate = d2i_X509(nil, &cursor, buffer.count) else {

@@ -82,6 +82,7 @@ public final class APNsSigningKey: Sendable {
     }
 
     private static func parsePKCS8(_ der: [UInt8]) throws(APNsError) -> OpenSSLKey {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         ERR_clear_error()
         let parsed: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress

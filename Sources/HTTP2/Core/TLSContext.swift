@@ -11,6 +11,7 @@ final class TLSContext: @unchecked Sendable {
 
     /// A client context: TLS 1.2+, ALPN h2, verification against `options.caFile`, optional mTLS.
     static func client(_ options: HTTP2ClientTLS) throws(HTTP2Error) -> TLSContext {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         ERR_clear_error()
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {
             throw HTTP2Error(.internalError, "SSL_CTX_new failed: \(openSSLErrors())")
@@ -54,6 +55,7 @@ final class TLSContext: @unchecked Sendable {
 
     /// A server context: TLS 1.2+, ALPN selects h2, optional client-certificate verification.
     static func server(_ options: HTTP2ServerTLS) throws(HTTP2Error) -> TLSContext {
+        _ = shim_openssl_prepare()  // no exit handler (COpenSSL's shim.h)
         ERR_clear_error()
         guard let ctx = SSL_CTX_new(TLS_server_method()) else {
             throw HTTP2Error(.internalError, "SSL_CTX_new failed: \(openSSLErrors())")
