@@ -27,10 +27,13 @@ extension SendRequestProcessor {
     /// published with the reports still in `acks`, and once Kafka acknowledged it the completion is
     /// recorded in `request_completions` (even when this handling was cancelled meanwhile: a lost
     /// partition's record queued in the producer still goes out), so that handling the request again
-    /// publishes nothing. Returns once every acknowledgement arrived.
+    /// publishes nothing. Returns once every acknowledgement arrived; then the request's entries in
+    /// `acknowledged` are forgotten (not before: a report acknowledged after the completion, from
+    /// another feedback partition, would put its request back for good).
     /// - Throws: `KafkaError`; `CancellationError`.
     func complete(_ completion: RequestCompletion, acks: Acknowledgements) async throws {
         let requestID = completion.requestID
+        var recorded = false
         if !acknowledged.contains(requestID: requestID, token: AcknowledgedReports.requestCompleted) {
             // Awaited here, beside the reports still in `acks`: neither the acknowledgement nor the
             // completion row's batch is withdrawn when this handling is cancelled meanwhile.
@@ -39,13 +42,14 @@ extension SendRequestProcessor {
             do {
                 try await completionRecorder.submit(CompletionRow(
                     requestID: requestID, eventID: FeedbackEventID.requestCompleted(requestID: requestID), status: completion.status))
-                acknowledged.remove(requestID: requestID)
+                recorded = true
             } catch {
                 // Finished all the same; only a redelivery to another process would publish again.
                 logger.warning("recording the completion failed", ["request_id": requestID, "error": "\(error)"])
             }
         }
         try await acks.waitForAll()
+        if recorded { acknowledged.remove(requestID: requestID) }
     }
 
     /// Publishes the `RequestCompleted` of a request whose notifications were parked, if it is
@@ -64,7 +68,10 @@ extension SendRequestProcessor {
                 requestID: requestID, requestedAtMs: requestedAt, counts: RequestCompletion.counts(outcomes), status: status,
                 lane: .transactional, traceParent: traceParent))
         }
-        if published { logger.debug("request with parked notifications completed", ["request_id": requestID]) }
+        if published {
+            acknowledged.remove(requestID: requestID)  // recorded: a redelivery publishes nothing
+            logger.debug("request with parked notifications completed", ["request_id": requestID])
+        }
     }
 
     /// Tells the producer of a send request refused at intake: a `RequestCompleted` with the refusal
