@@ -193,7 +193,7 @@ import Testing
                 #expect(response.status == 403 && response.reason == .expiredProviderToken && response.attempts == 1)
             }
             #expect(tokens.mintCount == 1, "no token change: a new JWT would look just as old")
-            #expect(registry.value("push_apns_provider_token_faults_total", labels: ["ExpiredProviderToken"]) == 5)
+            #expect(registry.value("push_apns_provider_token_faults_total", labels: ["ExpiredProviderToken", "KEY0000001"]) == 5)
             #expect(client.metrics["provider_token_fault_log_lines"] == 1, "logged once a minute")
             let skew = client.metrics["provider_token_fault_skew_s"]
             #expect(skew >= 3650 && skew <= 3670, "the skew read from the date header: \(skew) s")

@@ -271,7 +271,8 @@ public final class APNsClient: Sendable {
     /// Counts a provider-token fault and logs it at most once a minute per reason with its likely cause.
     func providerTokenFault(_ reason: APNsReason, response: APNsResponse, jwt: APNsJWT?, pool: APNsConnectionPool) {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
-        metrics.providerTokenFaults.increment(labels: [reason.rawValue])
+        // The key, never the key material: which of the registry's keys Apple refuses.
+        metrics.providerTokenFaults.increment(labels: [reason.rawValue, pool.credentials.providerTokens?.keyID ?? "certificate"])
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
         if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }

@@ -14,7 +14,7 @@ import Synchronization
 /// `APNsProviderTokenCache`), `push_apns_retries_total{reason}` (``APNsRetryReason/metricLabel``, or
 /// `unprocessed`, `new_connection`, `provider_token_renewed` for immediate resends),
 /// `push_apns_circuit_state{environment}` (0 closed, 1 half-open, 2 open),
-/// `push_apns_provider_token_faults_total{reason}`, `push_apns_device_gates` (entries of the per-device
+/// `push_apns_provider_token_faults_total{reason,key_id}` (`key_id` `certificate` for a certificate pool), `push_apns_device_gates` (entries of the per-device
 /// gate map), `push_apns_gated_device_tokens` (device tokens whose gate is closed or has someone in it)
 /// and `push_apns_key_fallbacks_total{key_id}` (sends that went to the fallback key, by the refused key).
 ///
@@ -67,8 +67,8 @@ public final class APNsClientMetrics: Sendable {
         circuitState = registry.gauge(
             "push_apns_circuit_state", help: "APNs circuit breaker: 0 closed, 1 half-open, 2 open", labelNames: ["environment"])
         providerTokenFaults = registry.counter(
-            "push_apns_provider_token_faults_total", help: "Provider-token faults (our credentials or clock, never the device)",
-            labelNames: ["reason"])
+            "push_apns_provider_token_faults_total", help: "Provider-token faults (our credentials or clock, never the device), by Apple's reason and key id",
+            labelNames: ["reason", "key_id"])
         deviceGates = registry.gauge("push_apns_device_gates", help: "Device tokens in the per-device gate map (bounded, least recently used evicted)")
         keyFallbacks = registry.counter(
             "push_apns_key_fallbacks_total", help: "Sends that went to the fallback key because APNs refused the key being rotated in",
