@@ -13,9 +13,10 @@ import Testing
 
 extension DispatcherEngineSuites {
     /// The credentials registry in the whole engine (`EngineWorld`: the mock Kafka cluster, PostgreSQL,
-    /// the APNs simulator over TLS trusting one key of each of two more teams): each app's notifications
-    /// go out with its own team's key on connections of that team only, and a bundle id without a
-    /// credential is refused before sending with `OUTCOME_REASON_NO_CREDENTIAL`.
+    /// the APNs simulator over TLS trusting three keys of two more teams, one scoped to production, one
+    /// to production and one bundle ID): each app's notifications go out with its own key on
+    /// connections of that team only, and a bundle id without a credential, or outside its key's
+    /// environment, is refused before sending with `OUTCOME_REASON_NO_CREDENTIAL`.
     @Suite(.testDatabase, .serialized, .timeLimit(.minutes(3)))
     struct CredentialsRoutingTests {
         /// A P-256 key made by openssl in `directory`: `<name>.p8` and its public half's PEM.
@@ -45,11 +46,11 @@ extension DispatcherEngineSuites {
             return (iss, kid)
         }
 
-        static func request(_ requestID: String, bundleID: String, token: String) -> SendRequest {
+        static func request(_ requestID: String, bundleID: String, token: String, environment: Environment = .production) -> SendRequest {
             var request = SendRequest(
                 requestID: requestID, target: .deviceTokens(DeviceTokens(deviceTokens: [token])),
                 notification: PushMessages.Notification(
-                    bundleID: bundleID, environment: .production, pushType: .alert, payload: #"{"aps":{"alert":"hi"}}"#))
+                    bundleID: bundleID, environment: environment, pushType: .alert, payload: #"{"aps":{"alert":"hi"}}"#))
             request.createdAtMs = SystemWallClock().nowMilliseconds()
             return request
         }
@@ -59,35 +60,53 @@ extension DispatcherEngineSuites {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let teamA = try await Self.makeKey("team-a", in: directory)
             let teamB = try await Self.makeKey("team-b", in: directory)
+            let teamBScoped = try await Self.makeKey("team-b-scoped", in: directory)
+            // Apple's view of the keys: KEYB000001 works in production only; KEYB000002 in production
+            // and for com.teamb.scoped only (a push for another topic gets TopicDisallowed).
             let world = try await EngineWorld(trustedKeys: [
                 APNsSimulator.TrustedKey(keyID: "KEYA000001", teamID: "TEAMA00001", publicKeyPEM: teamA),
-                APNsSimulator.TrustedKey(keyID: "KEYB000001", teamID: "TEAMB00001", publicKeyPEM: teamB),
+                APNsSimulator.TrustedKey(keyID: "KEYB000001", teamID: "TEAMB00001", publicKeyPEM: teamB, environment: .production),
+                APNsSimulator.TrustedKey(keyID: "KEYB000002", teamID: "TEAMB00001", publicKeyPEM: teamBScoped, environment: .production,
+                                         topics: ["com.teamb.scoped"]),
             ])
             let file = directory.appendingPathComponent("credentials.json")
             try """
                 {"apps": [{"bundle_id": "com.teama.*", "keys": [{"team_id": "TEAMA00001", "key_id": "KEYA000001", "p8_file": "team-a.p8"}]},
-                          {"bundle_id": "com.teamb.app", "keys": [{"team_id": "TEAMB00001", "key_id": "KEYB000001", "p8_file": "team-b.p8"}]}]}
+                          {"bundle_id": "com.teamb.app", "keys": [{"team_id": "TEAMB00001", "key_id": "KEYB000001", "p8_file": "team-b.p8",
+                                                                   "environment": "production"}]},
+                          {"bundle_id": "com.teamb.scoped", "keys": [{"team_id": "TEAMB00001", "key_id": "KEYB000002",
+                                                                      "p8_file": "team-b-scoped.p8", "environment": "production",
+                                                                      "topics": ["com.teamb.scoped"]}]}]}
                 """.write(to: file, atomically: true, encoding: .utf8)
             let credentials = try CredentialsStore(file: file.path)
             let engine = try world.startEngine { $0.credentials = credentials }
 
             let sends = [("team-a-1", "com.teama.mail", EngineWorld.token("a1")), ("team-a-2", "com.teama.chat", EngineWorld.token("a2")),
-                         ("team-b-1", "com.teamb.app", EngineWorld.token("b1")), ("team-c-1", "com.teamc.app", EngineWorld.token("c1"))]
+                         ("team-b-1", "com.teamb.app", EngineWorld.token("b1")), ("team-b-2", "com.teamb.scoped", EngineWorld.token("b2")),
+                         ("team-c-1", "com.teamc.app", EngineWorld.token("c1"))]
             for (requestID, bundleID, token) in sends { _ = try await world.produceRequest(Self.request(requestID, bundleID: bundleID, token: token)) }
-            try await eventually("every request completed") { sends.allSatisfy { world.feedback.completions($0.0).count == 1 } }
+            // com.teamb.app's only key is scoped to production: a sandbox notification has no credential.
+            _ = try await world.produceRequest(Self.request("team-b-sandbox", bundleID: "com.teamb.app", token: EngineWorld.token("b3"),
+                                                            environment: .sandbox))
+            let all = sends.map(\.0) + ["team-b-sandbox"]
+            try await eventually("every request completed") { all.allSatisfy { world.feedback.completions($0).count == 1 } }
             try await engine.stop()
 
-            for (requestID, _, _) in sends.prefix(3) {
+            for (requestID, _, _) in sends.prefix(4) {
                 #expect(world.feedback.reports(requestID).map(\.outcome) == [.delivered], "\(requestID)")
             }
-            let refused = world.feedback.reports("team-c-1")
-            #expect(refused.map(\.outcome) == [.rejected] && refused.map(\.outcomeReason) == [.noCredential])
-            #expect(refused.first?.httpStatus == 0 && refused.first?.apnsReason == "")
+            for requestID in ["team-c-1", "team-b-sandbox"] {
+                let refused = world.feedback.reports(requestID)
+                #expect(refused.map(\.outcome) == [.rejected] && refused.map(\.outcomeReason) == [.noCredential], "\(requestID)")
+                #expect(refused.first?.httpStatus == 0 && refused.first?.apnsReason == "")
+            }
             // Never a token deactivation for a missing credential.
             #expect(!world.feedback.all.contains { if case .tokenInvalidated? = $0.event { true } else { false } })
 
             let records = world.simulator.receivedRequests()
-            #expect(!records.contains { $0.path == "/3/device/\(EngineWorld.token("c1"))" }, "no request for the app without a credential")
+            for unsent in ["c1", "b3"] {
+                #expect(!records.contains { $0.path == "/3/device/\(EngineWorld.token(unsent))" }, "no request without a credential")
+            }
             var teamsByTopic: [String: Set<String>] = [:]
             var teamsByConnection: [String: Set<String>] = [:]
             for record in records {
@@ -97,7 +116,7 @@ extension DispatcherEngineSuites {
                 teamsByConnection["\(record.environment)-\(record.connectionID)", default: []].insert(Self.issuerAndKey(record)?.iss ?? "none")
             }
             #expect(teamsByTopic == ["com.teama.mail": ["TEAMA00001/KEYA000001"], "com.teama.chat": ["TEAMA00001/KEYA000001"],
-                                     "com.teamb.app": ["TEAMB00001/KEYB000001"]])
+                                     "com.teamb.app": ["TEAMB00001/KEYB000001"], "com.teamb.scoped": ["TEAMB00001/KEYB000002"]])
             #expect(teamsByConnection.count >= 2 && teamsByConnection.values.allSatisfy { $0.count == 1 }, "\(teamsByConnection)")
             await world.close()
         }
