@@ -120,5 +120,73 @@ extension DispatcherEngineSuites {
             #expect(teamsByConnection.count >= 2 && teamsByConnection.values.allSatisfy { $0.count == 1 }, "\(teamsByConnection)")
             await world.close()
         }
+
+        /// Key rotation mid-request (issue 29): a key added to the file while a request of 3,000 tokens
+        /// runs serves from the reload on, the old key staying as the fallback; nothing FAILED, no token
+        /// accepted twice. Then a bad new key (one Apple does not know: 403 InvalidProviderToken): the
+        /// app's sends go to the key before it, every notification is delivered, and the refusal is
+        /// counted by key and listed for readiness.
+        @Test func aKeyRotatedMidRequestServesAfterTheReloadAndABadNewKeyFallsBack() async throws {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("credentials-rotation-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let old = try await Self.makeKey("old", in: directory)
+            let new = try await Self.makeKey("new", in: directory)
+            _ = try await Self.makeKey("bad", in: directory)
+            let world = try await EngineWorld(trustedKeys: [
+                APNsSimulator.TrustedKey(keyID: "KEYR000001", teamID: "TEAMR00001", publicKeyPEM: old),
+                APNsSimulator.TrustedKey(keyID: "KEYR000002", teamID: "TEAMR00001", publicKeyPEM: new),
+            ])
+            let file = directory.appendingPathComponent("credentials.json")
+            func write(_ keys: [String]) throws {
+                let entries = keys.map { #"{"team_id": "TEAMR00001", "key_id": "\#($0.uppercased() == "OLD" ? "KEYR000001" : $0.uppercased() == "NEW" ? "KEYR000002" : "KEYR000003")", "p8_file": "\#($0).p8"}"# }
+                try #"{"apps": [{"bundle_id": "com.rotate.app", "keys": [\#(entries.joined(separator: ", "))]}]}"#
+                    .write(to: file, atomically: true, encoding: .utf8)
+            }
+            try write(["old"])
+            let credentials = try CredentialsStore(file: file.path)
+            var faults = APNsSimulatorFaults()
+            faults.latency = .init(minimum: .milliseconds(1), maximum: .milliseconds(3))
+            world.simulator.setFaults(faults)
+            let engine = try world.startEngine { $0.credentials = credentials }
+
+            let tokens = (0..<3_000).map { EngineWorld.token("e1", $0) }
+            var first = SendRequest(
+                requestID: "rotation-1", target: .deviceTokens(DeviceTokens(deviceTokens: tokens)),
+                notification: PushMessages.Notification(bundleID: "com.rotate.app", environment: .production, pushType: .alert,
+                                                        payload: #"{"aps":{"alert":"hi"}}"#))
+            first.createdAtMs = SystemWallClock().nowMilliseconds()
+            _ = try await world.produceRequest(first)
+            try await eventually("the request under way") { world.feedback.reports("rotation-1").count >= 300 }
+            try write(["old", "new"])  // the new key, active from this load on
+            #expect(credentials.reload())
+            try await eventually("the request completed", timeout: .seconds(120)) { world.feedback.completions("rotation-1").count == 1 }
+            let firstReports = world.feedback.reports("rotation-1")
+            #expect(firstReports.count == 3_000 && firstReports.allSatisfy { $0.outcome == .delivered })
+            let records = world.simulator.receivedRequests().filter { $0.headers.contains { $0.name == "apns-topic" && $0.value == "com.rotate.app" } }
+            let accepted = Dictionary(grouping: records.filter { $0.status == 200 }, by: \.path)
+            #expect(accepted.count == 3_000 && accepted.values.allSatisfy { $0.count == 1 }, "every token accepted once")
+            let keysUsed = Set(records.compactMap { Self.issuerAndKey($0)?.kid })
+            #expect(keysUsed == ["KEYR000001", "KEYR000002"], "the old key before the reload, the new one after: \(keysUsed)")
+            #expect(records.last.flatMap { Self.issuerAndKey($0)?.kid } == "KEYR000002")
+
+            // A bad new key: the key before it (KEYR000002) serves the app meanwhile.
+            try write(["new", "bad"])
+            #expect(credentials.reload())
+            let more = (0..<200).map { EngineWorld.token("e2", $0) }
+            var second = first
+            second.requestID = "rotation-2"
+            second.target = .deviceTokens(DeviceTokens(deviceTokens: more))
+            _ = try await world.produceRequest(second)
+            try await eventually("the second request completed", timeout: .seconds(60)) { world.feedback.completions("rotation-2").count == 1 }
+            let secondReports = world.feedback.reports("rotation-2")
+            #expect(secondReports.count == 200 && secondReports.allSatisfy { $0.outcome == .delivered }, "nothing FAILED on a bad key")
+            #expect(!world.feedback.all.contains { if case .tokenInvalidated? = $0.event { true } else { false } })
+            #expect((engine.registry.value("push_apns_key_fallbacks_total", labels: ["KEYR000003"]) ?? 0) >= 200)
+            let refusals = engine.client.keysInFallback()
+            #expect(refusals.map(\.keyID) == ["KEYR000003"] && refusals.map(\.fallbackKeyID) == ["KEYR000002"], "\(refusals)")
+            #expect(refusals.first?.reason == .invalidProviderToken && refusals.first?.bundleID == "com.rotate.app")
+            try await engine.stop()
+            await world.close()
+        }
     }
 }
