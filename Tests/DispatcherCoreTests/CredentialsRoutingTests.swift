@@ -144,21 +144,29 @@ extension DispatcherEngineSuites {
             }
             try write(["old"])
             let credentials = try CredentialsStore(file: file.path)
-            var faults = APNsSimulatorFaults()
-            faults.latency = .init(minimum: .milliseconds(1), maximum: .milliseconds(3))
-            world.simulator.setFaults(faults)
-            let engine = try world.startEngine { $0.credentials = credentials }
-
+            // Apple holds every answer of the request but the first (a new token connection sends one
+            // request before it fans out): with 100 notifications in flight at most, 101 are sent on
+            // the old key and the request cannot go on until the reload is done.
             let tokens = (0..<3_000).map { EngineWorld.token("e1", $0) }
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: Set(tokens.dropFirst()))
+            world.simulator.setFaults(faults)
+            let engine = try world.startEngine {
+                $0.credentials = credentials
+                $0.maxInFlightNotifications = 100
+            }
+
             var first = SendRequest(
                 requestID: "rotation-1", target: .deviceTokens(DeviceTokens(deviceTokens: tokens)),
                 notification: PushMessages.Notification(bundleID: "com.rotate.app", environment: .production, pushType: .alert,
                                                         payload: #"{"aps":{"alert":"hi"}}"#))
             first.createdAtMs = SystemWallClock().nowMilliseconds()
             _ = try await world.produceRequest(first)
-            try await eventually("the request under way") { world.feedback.reports("rotation-1").count >= 300 }
+            try await eventually("the in-flight budget taken by held answers") { world.simulator.heldTokens().count == 100 }
             try write(["old", "new"])  // the new key, active from this load on
             #expect(credentials.reload())
+            world.simulator.setFaults(APNsSimulatorFaults())
+            world.simulator.releaseHeld()
             try await eventually("the request completed", timeout: .seconds(120)) { world.feedback.completions("rotation-1").count == 1 }
             let firstReports = world.feedback.reports("rotation-1")
             #expect(firstReports.count == 3_000 && firstReports.allSatisfy { $0.outcome == .delivered })
@@ -168,6 +176,7 @@ extension DispatcherEngineSuites {
             let keysUsed = Set(records.compactMap { Self.issuerAndKey($0)?.kid })
             #expect(keysUsed == ["KEYR000001", "KEYR000002"], "the old key before the reload, the new one after: \(keysUsed)")
             #expect(records.last.flatMap { Self.issuerAndKey($0)?.kid } == "KEYR000002")
+            #expect(records.filter { Self.issuerAndKey($0)?.kid == "KEYR000001" }.count == 101, "only the first and the held ones on the old key")
 
             // A bad new key: the key before it (KEYR000002) serves the app meanwhile.
             try write(["new", "bad"])
