@@ -134,8 +134,10 @@ import Testing
             #expect(before > 500 && after > 500, "before \(before)/s, after \(after)/s")
             // Exceeding the limit gets streams refused (RST_STREAM REFUSED_STREAM). At most the
             // requests already written when the SETTINGS arrived can be (an HTTP/2 race, RFC 9113
-            // §5.1.2); they are resent, never failed.
-            #expect(client.metrics["unprocessed_resends"] <= 2)
+            // §5.1.2); they are resent, never failed. How many were written in that window depends on
+            // the scheduling: 0 to 2 on a quiet machine, 4 and 5 seen in a loaded fresh-clone CI run
+            // (about one run in ten); a client ignoring the limit would have dozens refused.
+            #expect(client.metrics["unprocessed_resends"] <= 10)
             #expect(client.metrics["retries"] == 0)
         }
     }
