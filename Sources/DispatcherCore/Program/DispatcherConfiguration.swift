@@ -88,9 +88,10 @@ public struct DispatcherConfiguration: Sendable {
     /// them forever. Default 8 days (Kafka's default 7-day retention plus a day).
     public var sendLogRetention: Duration? = .seconds(8 * 24 * 3600)
     /// Whether a report's `send_log` row is marked acknowledged once Kafka acknowledged it
-    /// (`PUSH_SEND_LOG_ACK_MARKS`, default true): a request redelivered after a crash then publishes
+    /// (`PUSH_SEND_LOG_ACK_MARKS`, default false: they cost more than 5 % of the CPU per notification,
+    /// docs/send-log.md); with them, a request redelivered after a crash publishes
     /// again only the reports whose marks were not written yet (docs/send-log.md).
-    public var sendLogAcknowledgementMarks = true
+    public var sendLogAcknowledgementMarks = false
     /// How often expired `send_log` rows are deleted (in small batches). Default 10 minutes.
     public var sendLogRetentionInterval: Duration = .seconds(600)
     /// How often every replica reads new rows of the `cancellations` table (`PUSH_CANCEL_POLL_MS`):
