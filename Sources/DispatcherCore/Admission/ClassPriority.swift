@@ -85,10 +85,16 @@ final class ClassPriorityGate: Sendable {
     /// Waits until a candidate of `workClass` may pass (at once for transactional ones).
     /// - Throws: `CancellationError` when the task is cancelled while queued (it then never passed).
     func enter(_ workClass: WorkClass) async throws {
-        let id = state.withLock { state -> Int in
+        try Task.checkCancellation()
+        // The common case (every transactional candidate, and the others while nothing of a higher
+        // rank is admitting) passes under one lock, without a continuation: this runs per notification.
+        let queuedAs = state.withLock { state -> Int? in
             state.nextID += 1
-            return state.nextID
+            guard state.decisions.mayPass(workClass), state.decisions.queued[workClass.rawValue].isEmpty else { return state.nextID }
+            _ = state.decisions.enter(workClass, waiter: state.nextID)  // passes: the same test as `enter`'s
+            return nil
         }
+        guard let id = queuedAs else { return }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let passed = state.withLock { state -> Bool? in
