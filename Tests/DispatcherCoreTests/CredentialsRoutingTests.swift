@@ -33,16 +33,10 @@ extension DispatcherEngineSuites {
 
         /// The `iss` and `kid` of a request's provider token (`authorization: bearer <JWT>`).
         static func issuerAndKey(_ record: APNsSimulatorRecord) -> (iss: String, kid: String)? {
-            guard let authorization = record.headers.first(where: { $0.name == "authorization" })?.value else { return nil }
-            let parts = authorization.dropFirst("bearer ".count).split(separator: ".").map(String.init)
-            guard parts.count == 3 else { return nil }
-            func object(_ part: String) -> JSONObject? {
-                var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-                while text.utf8.count % 4 != 0 { text += "=" }
-                guard case .object(let object)? = (try? Base64.decode(text)).flatMap({ try? JSONValue(parsing: $0) }) else { return nil }
-                return object
-            }
-            guard case .string(let kid)? = object(parts[0])?["kid"], case .string(let iss)? = object(parts[1])?["iss"] else { return nil }
+            guard let authorization = record.headers.first(where: { $0.name == "authorization" })?.value,
+                  let jwt = try? JSONWebToken(parsing: String(authorization.dropFirst("bearer ".count))),
+                  let kid = jwt.keyID, let iss = jwt.stringClaim("iss")
+            else { return nil }
             return (iss, kid)
         }
 
