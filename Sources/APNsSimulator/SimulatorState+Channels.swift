@@ -25,7 +25,7 @@ extension SimulatorState {
         var answer: SimulatorChannels.Answer
         if let refused = authenticate(request, fields, connection, environment: environment, now: now, faults: box.faults) {
             answer = .fail(refused.httpStatus ?? 403, refused.rawValue)
-        } else if let injected = draw(box, connection) {
+        } else if let injected = injectedReason(box, connection) {
             answer = .fail(injected.httpStatus ?? 500, injected.rawValue)
             record.fault = "injected"
         } else {
@@ -84,8 +84,9 @@ extension SimulatorState {
         return nil
     }
 
-    /// The injected status shares of the faults in force (`status_shares`, `reason_shares`).
-    private func draw(_ box: FaultsBox, _ connection: ConnectionState) -> APNsReason? {
+    /// The answer the faults in force inject for this request (`status_shares`, `reason_shares`), one
+    /// draw of the connection's generator; nil when none is drawn (device pushes and channel requests).
+    func injectedReason(_ box: FaultsBox, _ connection: ConnectionState) -> APNsReason? {
         guard !box.injectedShares.isEmpty else { return nil }
         let draw = connection.fields.withLock { $0.rng.unit() }
         var bound = 0.0

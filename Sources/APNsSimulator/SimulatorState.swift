@@ -323,17 +323,9 @@ final class SimulatorState: Sendable {
             return
         }
         var verdict = check(request, fields, connection, environment: environment, now: now, registryInUse: registryInUse, faults: faults)
-        if verdict.status == 200, !box.injectedShares.isEmpty {
-            let draw = connection.fields.withLock { $0.rng.unit() }
-            var bound = 0.0
-            for (reason, share) in box.injectedShares {
-                bound += share
-                if draw < bound {
-                    verdict = .reject(reason)
-                    verdict.fault = "injected"
-                    break
-                }
-            }
+        if verdict.status == 200, let injected = injectedReason(box, connection) {
+            verdict = .reject(injected)
+            verdict.fault = "injected"
         }
         if verdict.status == 200 { connection.trust() }
 
