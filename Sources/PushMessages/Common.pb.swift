@@ -339,6 +339,79 @@ public enum TokenKind: ProtobufEnum, CaseIterable {
     public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
 }
 
+/// Apple's message-storage-policy of a broadcast channel ("Sending channel management requests to
+/// APNs").
+///
+/// The proto3 enum `push.v1.MessageStoragePolicy`; numbers this version does not know are kept as `unrecognized`.
+public enum MessageStoragePolicy: ProtobufEnum, CaseIterable {
+    /// treated as NO_MESSAGE_STORED
+    ///
+    /// `MESSAGE_STORAGE_POLICY_UNSPECIFIED = 0`.
+    case unspecified
+    /// Apple's 0: a broadcast reaches only the devices reachable now; it takes only apns-expiration 0.
+    ///
+    /// `NO_MESSAGE_STORED = 1`.
+    case noMessageStored
+    /// Apple's 1: Apple stores the most recent broadcast for devices that are offline.
+    ///
+    /// `MOST_RECENT_MESSAGE_STORED = 2`.
+    case mostRecentMessageStored
+    /// A number this version of the contract does not name; kept so it round-trips.
+    case unrecognized(Int32)
+
+    /// `push.v1.MessageStoragePolicy`.
+    public static let protoEnumName = "push.v1.MessageStoragePolicy"
+
+    /// Every named value, in declaration order.
+    public static let allCases: [MessageStoragePolicy] = [.unspecified, .noMessageStored, .mostRecentMessageStored]
+
+    /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+    public init(rawValue: Int32) {
+        switch rawValue {
+        case 0: self = .unspecified
+        case 1: self = .noMessageStored
+        case 2: self = .mostRecentMessageStored
+        default: self = .unrecognized(rawValue)
+        }
+    }
+
+    /// The value's number.
+    public var rawValue: Int32 {
+        switch self {
+        case .unspecified: 0
+        case .noMessageStored: 1
+        case .mostRecentMessageStored: 2
+        case .unrecognized(let number): number
+        }
+    }
+
+    /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+    public var protoName: String? {
+        switch self {
+        case .unspecified: "MESSAGE_STORAGE_POLICY_UNSPECIFIED"
+        case .noMessageStored: "NO_MESSAGE_STORED"
+        case .mostRecentMessageStored: "MOST_RECENT_MESSAGE_STORED"
+        case .unrecognized: nil
+        }
+    }
+
+    /// The value named `protoName` in the .proto file, or `nil`.
+    public init?(protoName: String) {
+        switch protoName {
+        case "MESSAGE_STORAGE_POLICY_UNSPECIFIED": self = .unspecified
+        case "NO_MESSAGE_STORED": self = .noMessageStored
+        case "MOST_RECENT_MESSAGE_STORED": self = .mostRecentMessageStored
+        default: return nil
+        }
+    }
+
+    /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+    public static func == (lhs: MessageStoragePolicy, rhs: MessageStoragePolicy) -> Bool { lhs.rawValue == rhs.rawValue }
+
+    /// Hashes the number.
+    public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+}
+
 /// One device token as an app registers it.
 ///
 /// The message `push.v1.Device`.

@@ -177,6 +177,23 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     ///
     /// `OUTCOME_REASON_NO_CREDENTIAL = 16`.
     case noCredential
+    /// The app's broadcast channels in the environment reached the limit: the dispatcher's own count
+    /// (PUSH_CHANNEL_LIMIT; no Apple request) or Apple's CannotCreateChannelConfig (ChannelEvent FAILED).
+    ///
+    /// `OUTCOME_REASON_CHANNEL_LIMIT = 17`.
+    case channelLimit
+    /// The broadcast's channel is not an active channel of the app in the environment: never created
+    /// here, deleted, or Apple answered ChannelNotRegistered or BadChannelId (apns_reason says which;
+    /// empty when refused without an Apple request) (BroadcastReport REJECTED).
+    ///
+    /// `OUTCOME_REASON_CHANNEL_NOT_REGISTERED = 18`.
+    case channelNotRegistered
+    /// A broadcast whose Apple request was sent but whose answer was never recorded (the dispatcher
+    /// stopped in between): Apple may or may not have accepted it, and it is never sent again
+    /// (BroadcastReport FAILED).
+    ///
+    /// `OUTCOME_REASON_UNCONFIRMED = 19`.
+    case unconfirmed
     /// A number this version of the contract does not name; kept so it round-trips.
     case unrecognized(Int32)
 
@@ -184,7 +201,7 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
     public static let protoEnumName = "push.v1.OutcomeReason"
 
     /// Every named value, in declaration order.
-    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten, .tokenStale, .noCredential]
+    public static let allCases: [OutcomeReason] = [.unspecified, .expired, .streamTimeout, .connectionError, .tokenInactive, .environmentMismatch, .tokenKindMismatch, .notForTopic, .retryHorizonExceeded, .providerTokenFault, .cancelled, .invalidRequest, .stale, .invalidDeviceToken, .userForgotten, .tokenStale, .noCredential, .channelLimit, .channelNotRegistered, .unconfirmed]
 
     /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
     public init(rawValue: Int32) {
@@ -206,6 +223,9 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case 14: self = .userForgotten
         case 15: self = .tokenStale
         case 16: self = .noCredential
+        case 17: self = .channelLimit
+        case 18: self = .channelNotRegistered
+        case 19: self = .unconfirmed
         default: self = .unrecognized(rawValue)
         }
     }
@@ -230,6 +250,9 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .userForgotten: 14
         case .tokenStale: 15
         case .noCredential: 16
+        case .channelLimit: 17
+        case .channelNotRegistered: 18
+        case .unconfirmed: 19
         case .unrecognized(let number): number
         }
     }
@@ -254,6 +277,9 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case .userForgotten: "OUTCOME_REASON_USER_FORGOTTEN"
         case .tokenStale: "OUTCOME_REASON_TOKEN_STALE"
         case .noCredential: "OUTCOME_REASON_NO_CREDENTIAL"
+        case .channelLimit: "OUTCOME_REASON_CHANNEL_LIMIT"
+        case .channelNotRegistered: "OUTCOME_REASON_CHANNEL_NOT_REGISTERED"
+        case .unconfirmed: "OUTCOME_REASON_UNCONFIRMED"
         case .unrecognized: nil
         }
     }
@@ -278,6 +304,9 @@ public enum OutcomeReason: ProtobufEnum, CaseIterable {
         case "OUTCOME_REASON_USER_FORGOTTEN": self = .userForgotten
         case "OUTCOME_REASON_TOKEN_STALE": self = .tokenStale
         case "OUTCOME_REASON_NO_CREDENTIAL": self = .noCredential
+        case "OUTCOME_REASON_CHANNEL_LIMIT": self = .channelLimit
+        case "OUTCOME_REASON_CHANNEL_NOT_REGISTERED": self = .channelNotRegistered
+        case "OUTCOME_REASON_UNCONFIRMED": self = .unconfirmed
         default: return nil
         }
     }
@@ -396,6 +425,9 @@ public struct FeedbackEvent: ProtobufMessage {
     ///   DeliveryReport:   "delivery-report\n" + request_id + "\n" + device_token
     ///   TokenInvalidated: "token-invalidated\n" + device_token + "\n" + apns_timestamp_ms + "\n" + request_id
     ///   RequestCompleted: "request-completed\n" + request_id
+    ///   BroadcastReport:  "broadcast-report\n" + request_id + "\n" + channel_id
+    ///   ChannelEvent:     "channel-event\n" + bundle_id + "\n" + environment + "\n" + name + "\n" + kind
+    ///                     (environment and kind as their enum value names: "PRODUCTION", "CREATED")
     /// In Python: str(uuid.uuid5(uuid.UUID("26a8710c-1894-4fc1-b8dc-e7e709f9240b"), name)).
     /// Other events (CampaignProgress) carry a random version 4 UUID.
     ///
@@ -430,6 +462,10 @@ public struct FeedbackEvent: ProtobufMessage {
         case requestCompleted(RequestCompleted)
         /// Field 6, `push.v1.CampaignProgress campaign_progress`.
         case campaignProgress(CampaignProgress)
+        /// Field 8, `push.v1.BroadcastReport broadcast_report`.
+        case broadcastReport(BroadcastReport)
+        /// Field 9, `push.v1.ChannelEvent channel_event`.
+        case channelEvent(ChannelEvent)
     }
 
     /// A message with every field at its default.
@@ -478,6 +514,16 @@ public struct FeedbackEvent: ProtobufMessage {
                 self.event = .campaignProgress(value)
             case (7, .lengthDelimited):
                 self.traceParent = try reader.read(ProtobufString.self)
+            case (8, .lengthDelimited):
+                var value = BroadcastReport()
+                if case .broadcastReport(let existing)? = self.event { value = existing }
+                try reader.readMessage(into: &value)
+                self.event = .broadcastReport(value)
+            case (9, .lengthDelimited):
+                var value = ChannelEvent()
+                if case .channelEvent(let existing)? = self.event { value = existing }
+                try reader.readMessage(into: &value)
+                self.event = .channelEvent(value)
             default:
                 return false
             }
@@ -496,6 +542,8 @@ public struct FeedbackEvent: ProtobufMessage {
         case 5: "request_completed"
         case 6: "campaign_progress"
         case 7: "trace_parent"
+        case 8: "broadcast_report"
+        case 9: "channel_event"
         default: String(number)
         }
     }
@@ -509,6 +557,8 @@ public struct FeedbackEvent: ProtobufMessage {
         case .tokenInvalidated(let value)?: writer.writeMessage(value, number: 4)
         case .requestCompleted(let value)?: writer.writeMessage(value, number: 5)
         case .campaignProgress(let value)?: writer.writeMessage(value, number: 6)
+        case .broadcastReport(let value)?: writer.writeMessage(value, number: 8)
+        case .channelEvent(let value)?: writer.writeMessage(value, number: 9)
         case nil: break
         }
         if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, number: 7) }
@@ -546,6 +596,14 @@ public struct FeedbackEvent: ProtobufMessage {
                 case "traceParent", "trace_parent":
                     try seen.see(field: 7)
                     if !member.value.isNull { self.traceParent = try ProtobufString.readJSON(member.value) }
+                case "broadcastReport", "broadcast_report":
+                    guard !member.value.isNull else { try seen.see(field: 8); continue }
+                    try seen.see(field: 8, oneof: 0, oneofName: "event", key: member.key)
+                    self.event = .broadcastReport(try member.value.decodeMessage(BroadcastReport.self, options: options))
+                case "channelEvent", "channel_event":
+                    guard !member.value.isNull else { try seen.see(field: 9); continue }
+                    try seen.see(field: 9, oneof: 0, oneofName: "event", key: member.key)
+                    self.event = .channelEvent(try member.value.decodeMessage(ChannelEvent.self, options: options))
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -564,6 +622,8 @@ public struct FeedbackEvent: ProtobufMessage {
         case .tokenInvalidated(let value)?: writer.writeMessage(value, jsonName: "tokenInvalidated", protoName: "token_invalidated")
         case .requestCompleted(let value)?: writer.writeMessage(value, jsonName: "requestCompleted", protoName: "request_completed")
         case .campaignProgress(let value)?: writer.writeMessage(value, jsonName: "campaignProgress", protoName: "campaign_progress")
+        case .broadcastReport(let value)?: writer.writeMessage(value, jsonName: "broadcastReport", protoName: "broadcast_report")
+        case .channelEvent(let value)?: writer.writeMessage(value, jsonName: "channelEvent", protoName: "channel_event")
         case nil: break
         }
         if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, jsonName: "traceParent", protoName: "trace_parent") }
@@ -1489,5 +1549,622 @@ public struct CampaignProgress: ProtobufMessage {
         if self.done { writer.writeField(ProtobufBool.self, self.done, jsonName: "done", protoName: "done") }
         if self.startedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.startedAtMs, jsonName: "startedAtMs", protoName: "started_at_ms") }
         if self.updatedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.updatedAtMs, jsonName: "updatedAtMs", protoName: "updated_at_ms") }
+    }
+}
+
+/// The outcome of one broadcast (SendRequest.channel_id): one event per request, because Apple does
+/// not say which devices a broadcast reached. Keyed by request id on the feedback topic.
+///
+/// The message `push.v1.BroadcastReport`.
+public struct BroadcastReport: ProtobufMessage {
+    /// `push.v1.BroadcastReport`.
+    public static let protoMessageName = "push.v1.BroadcastReport"
+
+    /// Field 1, `string event_id`.
+    public var eventID: String = ""
+
+    /// Field 2, `string request_id`.
+    public var requestID: String = ""
+
+    /// Apple's apns-channel-id, as the request named it.
+    ///
+    /// Field 3, `string channel_id`.
+    public var channelID: String = ""
+
+    /// The caller's name for the channel (ChannelCommand.name); empty when no channel row knows the id.
+    ///
+    /// Field 4, `string channel_name`.
+    public var channelName: String = ""
+
+    /// Field 5, `string bundle_id`.
+    public var bundleID: String = ""
+
+    /// Field 6, `push.v1.Environment environment`.
+    public var environment: Environment = .unspecified
+
+    /// DELIVERED: Apple accepted the broadcast (200); REJECTED: refused by Apple or by the dispatcher's
+    /// checks, not retried; FAILED: retries exhausted, or OUTCOME_REASON_UNCONFIRMED.
+    ///
+    /// Field 7, `push.v1.DeliveryOutcome outcome`.
+    public var outcome: DeliveryOutcome = .unspecified
+
+    /// APNs :status; 0 when nothing was sent.
+    ///
+    /// Field 8, `uint32 http_status`.
+    public var httpStatus: UInt32 = 0
+
+    /// Apple's exact reason string (ChannelNotRegistered, BadExpirationDate, …); empty when Apple gave
+    /// none or nothing was sent.
+    ///
+    /// Field 9, `string apns_reason`.
+    public var apnsReason: String = ""
+
+    /// The apns-request-id the dispatcher sent (canonical lowercase UUID).
+    ///
+    /// Field 10, `string apns_request_id`.
+    public var apnsRequestID: String = ""
+
+    /// apns-unique-id of Apple's answer: quote it in troubleshooting requests to Apple.
+    ///
+    /// Field 11, `string apns_unique_id`.
+    public var apnsUniqueID: String = ""
+
+    /// How many times the broadcast was sent to APNs.
+    ///
+    /// Field 12, `uint32 attempts`.
+    public var attempts: UInt32 = 0
+
+    /// Field 13, `int64 requested_at_ms`.
+    public var requestedAtMs: Int64 = 0
+
+    /// Field 14, `int64 sent_at_ms`.
+    public var sentAtMs: Int64 = 0
+
+    /// Field 15, `int64 completed_at_ms`.
+    public var completedAtMs: Int64 = 0
+
+    /// The dispatcher's own reason; UNSPECIFIED when apns_reason (Apple's) explains the outcome.
+    ///
+    /// Field 16, `push.v1.OutcomeReason outcome_reason`.
+    public var outcomeReason: OutcomeReason = .unspecified
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        eventID: String = "",
+        requestID: String = "",
+        channelID: String = "",
+        channelName: String = "",
+        bundleID: String = "",
+        environment: Environment = .unspecified,
+        outcome: DeliveryOutcome = .unspecified,
+        httpStatus: UInt32 = 0,
+        apnsReason: String = "",
+        apnsRequestID: String = "",
+        apnsUniqueID: String = "",
+        attempts: UInt32 = 0,
+        requestedAtMs: Int64 = 0,
+        sentAtMs: Int64 = 0,
+        completedAtMs: Int64 = 0,
+        outcomeReason: OutcomeReason = .unspecified
+    ) {
+        self.eventID = eventID
+        self.requestID = requestID
+        self.channelID = channelID
+        self.channelName = channelName
+        self.bundleID = bundleID
+        self.environment = environment
+        self.outcome = outcome
+        self.httpStatus = httpStatus
+        self.apnsReason = apnsReason
+        self.apnsRequestID = apnsRequestID
+        self.apnsUniqueID = apnsUniqueID
+        self.attempts = attempts
+        self.requestedAtMs = requestedAtMs
+        self.sentAtMs = sentAtMs
+        self.completedAtMs = completedAtMs
+        self.outcomeReason = outcomeReason
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.eventID = try reader.read(ProtobufString.self)
+            case (2, .lengthDelimited):
+                self.requestID = try reader.read(ProtobufString.self)
+            case (3, .lengthDelimited):
+                self.channelID = try reader.read(ProtobufString.self)
+            case (4, .lengthDelimited):
+                self.channelName = try reader.read(ProtobufString.self)
+            case (5, .lengthDelimited):
+                self.bundleID = try reader.read(ProtobufString.self)
+            case (6, .varint):
+                self.environment = try reader.read(ProtobufEnumField<Environment>.self)
+            case (7, .varint):
+                self.outcome = try reader.read(ProtobufEnumField<DeliveryOutcome>.self)
+            case (8, .varint):
+                self.httpStatus = try reader.read(ProtobufUInt32.self)
+            case (9, .lengthDelimited):
+                self.apnsReason = try reader.read(ProtobufString.self)
+            case (10, .lengthDelimited):
+                self.apnsRequestID = try reader.read(ProtobufString.self)
+            case (11, .lengthDelimited):
+                self.apnsUniqueID = try reader.read(ProtobufString.self)
+            case (12, .varint):
+                self.attempts = try reader.read(ProtobufUInt32.self)
+            case (13, .varint):
+                self.requestedAtMs = try reader.read(ProtobufInt64.self)
+            case (14, .varint):
+                self.sentAtMs = try reader.read(ProtobufInt64.self)
+            case (15, .varint):
+                self.completedAtMs = try reader.read(ProtobufInt64.self)
+            case (16, .varint):
+                self.outcomeReason = try reader.read(ProtobufEnumField<OutcomeReason>.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "event_id"
+        case 2: "request_id"
+        case 3: "channel_id"
+        case 4: "channel_name"
+        case 5: "bundle_id"
+        case 6: "environment"
+        case 7: "outcome"
+        case 8: "http_status"
+        case 9: "apns_reason"
+        case 10: "apns_request_id"
+        case 11: "apns_unique_id"
+        case 12: "attempts"
+        case 13: "requested_at_ms"
+        case 14: "sent_at_ms"
+        case 15: "completed_at_ms"
+        case 16: "outcome_reason"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, number: 1) }
+        if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, number: 2) }
+        if !self.channelID.isEmpty { writer.writeField(ProtobufString.self, self.channelID, number: 3) }
+        if !self.channelName.isEmpty { writer.writeField(ProtobufString.self, self.channelName, number: 4) }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, number: 5) }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, number: 6) }
+        if self.outcome.rawValue != 0 { writer.writeField(ProtobufEnumField<DeliveryOutcome>.self, self.outcome, number: 7) }
+        if self.httpStatus != 0 { writer.writeField(ProtobufUInt32.self, self.httpStatus, number: 8) }
+        if !self.apnsReason.isEmpty { writer.writeField(ProtobufString.self, self.apnsReason, number: 9) }
+        if !self.apnsRequestID.isEmpty { writer.writeField(ProtobufString.self, self.apnsRequestID, number: 10) }
+        if !self.apnsUniqueID.isEmpty { writer.writeField(ProtobufString.self, self.apnsUniqueID, number: 11) }
+        if self.attempts != 0 { writer.writeField(ProtobufUInt32.self, self.attempts, number: 12) }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, number: 13) }
+        if self.sentAtMs != 0 { writer.writeField(ProtobufInt64.self, self.sentAtMs, number: 14) }
+        if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, number: 15) }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, number: 16) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "eventId", "event_id":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.eventID = try ProtobufString.readJSON(member.value) }
+                case "requestId", "request_id":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.requestID = try ProtobufString.readJSON(member.value) }
+                case "channelId", "channel_id":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.channelID = try ProtobufString.readJSON(member.value) }
+                case "channelName", "channel_name":
+                    try seen.see(field: 4)
+                    if !member.value.isNull { self.channelName = try ProtobufString.readJSON(member.value) }
+                case "bundleId", "bundle_id":
+                    try seen.see(field: 5)
+                    if !member.value.isNull { self.bundleID = try ProtobufString.readJSON(member.value) }
+                case "environment":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.environment = try ProtobufEnumField<Environment>.readJSON(member.value) }
+                case "outcome":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.outcome = try ProtobufEnumField<DeliveryOutcome>.readJSON(member.value) }
+                case "httpStatus", "http_status":
+                    try seen.see(field: 8)
+                    if !member.value.isNull { self.httpStatus = try ProtobufUInt32.readJSON(member.value) }
+                case "apnsReason", "apns_reason":
+                    try seen.see(field: 9)
+                    if !member.value.isNull { self.apnsReason = try ProtobufString.readJSON(member.value) }
+                case "apnsRequestId", "apns_request_id":
+                    try seen.see(field: 10)
+                    if !member.value.isNull { self.apnsRequestID = try ProtobufString.readJSON(member.value) }
+                case "apnsUniqueId", "apns_unique_id":
+                    try seen.see(field: 11)
+                    if !member.value.isNull { self.apnsUniqueID = try ProtobufString.readJSON(member.value) }
+                case "attempts":
+                    try seen.see(field: 12)
+                    if !member.value.isNull { self.attempts = try ProtobufUInt32.readJSON(member.value) }
+                case "requestedAtMs", "requested_at_ms":
+                    try seen.see(field: 13)
+                    if !member.value.isNull { self.requestedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "sentAtMs", "sent_at_ms":
+                    try seen.see(field: 14)
+                    if !member.value.isNull { self.sentAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "completedAtMs", "completed_at_ms":
+                    try seen.see(field: 15)
+                    if !member.value.isNull { self.completedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "outcomeReason", "outcome_reason":
+                    try seen.see(field: 16)
+                    if !member.value.isNull { self.outcomeReason = try ProtobufEnumField<OutcomeReason>.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, jsonName: "eventId", protoName: "event_id") }
+        if !self.requestID.isEmpty { writer.writeField(ProtobufString.self, self.requestID, jsonName: "requestId", protoName: "request_id") }
+        if !self.channelID.isEmpty { writer.writeField(ProtobufString.self, self.channelID, jsonName: "channelId", protoName: "channel_id") }
+        if !self.channelName.isEmpty { writer.writeField(ProtobufString.self, self.channelName, jsonName: "channelName", protoName: "channel_name") }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, jsonName: "bundleId", protoName: "bundle_id") }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, jsonName: "environment", protoName: "environment") }
+        if self.outcome.rawValue != 0 { writer.writeField(ProtobufEnumField<DeliveryOutcome>.self, self.outcome, jsonName: "outcome", protoName: "outcome") }
+        if self.httpStatus != 0 { writer.writeField(ProtobufUInt32.self, self.httpStatus, jsonName: "httpStatus", protoName: "http_status") }
+        if !self.apnsReason.isEmpty { writer.writeField(ProtobufString.self, self.apnsReason, jsonName: "apnsReason", protoName: "apns_reason") }
+        if !self.apnsRequestID.isEmpty { writer.writeField(ProtobufString.self, self.apnsRequestID, jsonName: "apnsRequestId", protoName: "apns_request_id") }
+        if !self.apnsUniqueID.isEmpty { writer.writeField(ProtobufString.self, self.apnsUniqueID, jsonName: "apnsUniqueId", protoName: "apns_unique_id") }
+        if self.attempts != 0 { writer.writeField(ProtobufUInt32.self, self.attempts, jsonName: "attempts", protoName: "attempts") }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, jsonName: "requestedAtMs", protoName: "requested_at_ms") }
+        if self.sentAtMs != 0 { writer.writeField(ProtobufInt64.self, self.sentAtMs, jsonName: "sentAtMs", protoName: "sent_at_ms") }
+        if self.completedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.completedAtMs, jsonName: "completedAtMs", protoName: "completed_at_ms") }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, jsonName: "outcomeReason", protoName: "outcome_reason") }
+    }
+}
+
+/// What happened to a ChannelCommand. Keyed by "<bundle_id>/<environment>/<name>" (the command's
+/// key) on the feedback topic.
+///
+/// The message `push.v1.ChannelEvent`.
+public struct ChannelEvent: ProtobufMessage {
+    /// `push.v1.ChannelEvent`.
+    public static let protoMessageName = "push.v1.ChannelEvent"
+
+    /// Field 1, `string event_id`.
+    public var eventID: String = ""
+
+    /// Field 2, `push.v1.ChannelEvent.Kind kind`.
+    public var kind: ChannelEvent.Kind = .unspecified
+
+    /// Field 3, `string bundle_id`.
+    public var bundleID: String = ""
+
+    /// Field 4, `push.v1.Environment environment`.
+    public var environment: Environment = .unspecified
+
+    /// ChannelCommand.name.
+    ///
+    /// Field 5, `string name`.
+    public var name: String = ""
+
+    /// Apple's apns-channel-id (base64; do not assume its length); empty when never created.
+    ///
+    /// Field 6, `string channel_id`.
+    public var channelID: String = ""
+
+    /// Field 7, `push.v1.MessageStoragePolicy message_storage_policy`.
+    public var messageStoragePolicy: MessageStoragePolicy = .unspecified
+
+    /// FAILED: APNs :status of the failed request; 0 when nothing was sent.
+    ///
+    /// Field 8, `uint32 http_status`.
+    public var httpStatus: UInt32 = 0
+
+    /// FAILED: Apple's reason string (CannotCreateChannelConfig, FeatureNotEnabled, …).
+    ///
+    /// Field 9, `string apns_reason`.
+    public var apnsReason: String = ""
+
+    /// FAILED: the dispatcher's reason (OUTCOME_REASON_CHANNEL_LIMIT, OUTCOME_REASON_NO_CREDENTIAL,
+    /// OUTCOME_REASON_INVALID_REQUEST, …).
+    ///
+    /// Field 10, `push.v1.OutcomeReason outcome_reason`.
+    public var outcomeReason: OutcomeReason = .unspecified
+
+    /// CREATED: when Apple created it; DELETED: when it was deleted; ms since the UNIX epoch.
+    ///
+    /// Field 11, `int64 at_ms`.
+    public var atMs: Int64 = 0
+
+    /// CREATED: when hygiene deletes it (created + delete_after_ms), ms since the UNIX epoch; 0: never.
+    ///
+    /// Field 12, `int64 delete_at_ms`.
+    public var deleteAtMs: Int64 = 0
+
+    /// FAILED: what is wrong, for operators ("name: empty").
+    ///
+    /// Field 13, `string error`.
+    public var error: String = ""
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// The proto3 enum `push.v1.ChannelEvent.Kind`; numbers this version does not know are kept as `unrecognized`.
+    public enum Kind: ProtobufEnum, CaseIterable {
+        /// `KIND_UNSPECIFIED = 0`.
+        case unspecified
+        /// The channel exists at Apple; channel_id is Apple's apns-channel-id.
+        ///
+        /// `CREATED = 1`.
+        case created
+        /// The channel was deleted at Apple (by a DELETE command or its delete_after_ms), or Apple no
+        /// longer knew it.
+        ///
+        /// `DELETED = 2`.
+        case deleted
+        /// The command could not be carried out: outcome_reason and apns_reason say why.
+        ///
+        /// `FAILED = 3`.
+        case failed
+        /// A number this version of the contract does not name; kept so it round-trips.
+        case unrecognized(Int32)
+
+        /// `push.v1.ChannelEvent.Kind`.
+        public static let protoEnumName = "push.v1.ChannelEvent.Kind"
+
+        /// Every named value, in declaration order.
+        public static let allCases: [Kind] = [.unspecified, .created, .deleted, .failed]
+
+        /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+        public init(rawValue: Int32) {
+            switch rawValue {
+            case 0: self = .unspecified
+            case 1: self = .created
+            case 2: self = .deleted
+            case 3: self = .failed
+            default: self = .unrecognized(rawValue)
+            }
+        }
+
+        /// The value's number.
+        public var rawValue: Int32 {
+            switch self {
+            case .unspecified: 0
+            case .created: 1
+            case .deleted: 2
+            case .failed: 3
+            case .unrecognized(let number): number
+            }
+        }
+
+        /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+        public var protoName: String? {
+            switch self {
+            case .unspecified: "KIND_UNSPECIFIED"
+            case .created: "CREATED"
+            case .deleted: "DELETED"
+            case .failed: "FAILED"
+            case .unrecognized: nil
+            }
+        }
+
+        /// The value named `protoName` in the .proto file, or `nil`.
+        public init?(protoName: String) {
+            switch protoName {
+            case "KIND_UNSPECIFIED": self = .unspecified
+            case "CREATED": self = .created
+            case "DELETED": self = .deleted
+            case "FAILED": self = .failed
+            default: return nil
+            }
+        }
+
+        /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+        public static func == (lhs: Kind, rhs: Kind) -> Bool { lhs.rawValue == rhs.rawValue }
+
+        /// Hashes the number.
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+    }
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        eventID: String = "",
+        kind: ChannelEvent.Kind = .unspecified,
+        bundleID: String = "",
+        environment: Environment = .unspecified,
+        name: String = "",
+        channelID: String = "",
+        messageStoragePolicy: MessageStoragePolicy = .unspecified,
+        httpStatus: UInt32 = 0,
+        apnsReason: String = "",
+        outcomeReason: OutcomeReason = .unspecified,
+        atMs: Int64 = 0,
+        deleteAtMs: Int64 = 0,
+        error: String = ""
+    ) {
+        self.eventID = eventID
+        self.kind = kind
+        self.bundleID = bundleID
+        self.environment = environment
+        self.name = name
+        self.channelID = channelID
+        self.messageStoragePolicy = messageStoragePolicy
+        self.httpStatus = httpStatus
+        self.apnsReason = apnsReason
+        self.outcomeReason = outcomeReason
+        self.atMs = atMs
+        self.deleteAtMs = deleteAtMs
+        self.error = error
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .lengthDelimited):
+                self.eventID = try reader.read(ProtobufString.self)
+            case (2, .varint):
+                self.kind = try reader.read(ProtobufEnumField<ChannelEvent.Kind>.self)
+            case (3, .lengthDelimited):
+                self.bundleID = try reader.read(ProtobufString.self)
+            case (4, .varint):
+                self.environment = try reader.read(ProtobufEnumField<Environment>.self)
+            case (5, .lengthDelimited):
+                self.name = try reader.read(ProtobufString.self)
+            case (6, .lengthDelimited):
+                self.channelID = try reader.read(ProtobufString.self)
+            case (7, .varint):
+                self.messageStoragePolicy = try reader.read(ProtobufEnumField<MessageStoragePolicy>.self)
+            case (8, .varint):
+                self.httpStatus = try reader.read(ProtobufUInt32.self)
+            case (9, .lengthDelimited):
+                self.apnsReason = try reader.read(ProtobufString.self)
+            case (10, .varint):
+                self.outcomeReason = try reader.read(ProtobufEnumField<OutcomeReason>.self)
+            case (11, .varint):
+                self.atMs = try reader.read(ProtobufInt64.self)
+            case (12, .varint):
+                self.deleteAtMs = try reader.read(ProtobufInt64.self)
+            case (13, .lengthDelimited):
+                self.error = try reader.read(ProtobufString.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "event_id"
+        case 2: "kind"
+        case 3: "bundle_id"
+        case 4: "environment"
+        case 5: "name"
+        case 6: "channel_id"
+        case 7: "message_storage_policy"
+        case 8: "http_status"
+        case 9: "apns_reason"
+        case 10: "outcome_reason"
+        case 11: "at_ms"
+        case 12: "delete_at_ms"
+        case 13: "error"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, number: 1) }
+        if self.kind.rawValue != 0 { writer.writeField(ProtobufEnumField<ChannelEvent.Kind>.self, self.kind, number: 2) }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, number: 3) }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, number: 4) }
+        if !self.name.isEmpty { writer.writeField(ProtobufString.self, self.name, number: 5) }
+        if !self.channelID.isEmpty { writer.writeField(ProtobufString.self, self.channelID, number: 6) }
+        if self.messageStoragePolicy.rawValue != 0 { writer.writeField(ProtobufEnumField<MessageStoragePolicy>.self, self.messageStoragePolicy, number: 7) }
+        if self.httpStatus != 0 { writer.writeField(ProtobufUInt32.self, self.httpStatus, number: 8) }
+        if !self.apnsReason.isEmpty { writer.writeField(ProtobufString.self, self.apnsReason, number: 9) }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, number: 10) }
+        if self.atMs != 0 { writer.writeField(ProtobufInt64.self, self.atMs, number: 11) }
+        if self.deleteAtMs != 0 { writer.writeField(ProtobufInt64.self, self.deleteAtMs, number: 12) }
+        if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, number: 13) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "eventId", "event_id":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.eventID = try ProtobufString.readJSON(member.value) }
+                case "kind":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.kind = try ProtobufEnumField<ChannelEvent.Kind>.readJSON(member.value) }
+                case "bundleId", "bundle_id":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.bundleID = try ProtobufString.readJSON(member.value) }
+                case "environment":
+                    try seen.see(field: 4)
+                    if !member.value.isNull { self.environment = try ProtobufEnumField<Environment>.readJSON(member.value) }
+                case "name":
+                    try seen.see(field: 5)
+                    if !member.value.isNull { self.name = try ProtobufString.readJSON(member.value) }
+                case "channelId", "channel_id":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.channelID = try ProtobufString.readJSON(member.value) }
+                case "messageStoragePolicy", "message_storage_policy":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.messageStoragePolicy = try ProtobufEnumField<MessageStoragePolicy>.readJSON(member.value) }
+                case "httpStatus", "http_status":
+                    try seen.see(field: 8)
+                    if !member.value.isNull { self.httpStatus = try ProtobufUInt32.readJSON(member.value) }
+                case "apnsReason", "apns_reason":
+                    try seen.see(field: 9)
+                    if !member.value.isNull { self.apnsReason = try ProtobufString.readJSON(member.value) }
+                case "outcomeReason", "outcome_reason":
+                    try seen.see(field: 10)
+                    if !member.value.isNull { self.outcomeReason = try ProtobufEnumField<OutcomeReason>.readJSON(member.value) }
+                case "atMs", "at_ms":
+                    try seen.see(field: 11)
+                    if !member.value.isNull { self.atMs = try ProtobufInt64.readJSON(member.value) }
+                case "deleteAtMs", "delete_at_ms":
+                    try seen.see(field: 12)
+                    if !member.value.isNull { self.deleteAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "error":
+                    try seen.see(field: 13)
+                    if !member.value.isNull { self.error = try ProtobufString.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if !self.eventID.isEmpty { writer.writeField(ProtobufString.self, self.eventID, jsonName: "eventId", protoName: "event_id") }
+        if self.kind.rawValue != 0 { writer.writeField(ProtobufEnumField<ChannelEvent.Kind>.self, self.kind, jsonName: "kind", protoName: "kind") }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, jsonName: "bundleId", protoName: "bundle_id") }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, jsonName: "environment", protoName: "environment") }
+        if !self.name.isEmpty { writer.writeField(ProtobufString.self, self.name, jsonName: "name", protoName: "name") }
+        if !self.channelID.isEmpty { writer.writeField(ProtobufString.self, self.channelID, jsonName: "channelId", protoName: "channel_id") }
+        if self.messageStoragePolicy.rawValue != 0 { writer.writeField(ProtobufEnumField<MessageStoragePolicy>.self, self.messageStoragePolicy, jsonName: "messageStoragePolicy", protoName: "message_storage_policy") }
+        if self.httpStatus != 0 { writer.writeField(ProtobufUInt32.self, self.httpStatus, jsonName: "httpStatus", protoName: "http_status") }
+        if !self.apnsReason.isEmpty { writer.writeField(ProtobufString.self, self.apnsReason, jsonName: "apnsReason", protoName: "apns_reason") }
+        if self.outcomeReason.rawValue != 0 { writer.writeField(ProtobufEnumField<OutcomeReason>.self, self.outcomeReason, jsonName: "outcomeReason", protoName: "outcome_reason") }
+        if self.atMs != 0 { writer.writeField(ProtobufInt64.self, self.atMs, jsonName: "atMs", protoName: "at_ms") }
+        if self.deleteAtMs != 0 { writer.writeField(ProtobufInt64.self, self.deleteAtMs, jsonName: "deleteAtMs", protoName: "delete_at_ms") }
+        if !self.error.isEmpty { writer.writeField(ProtobufString.self, self.error, jsonName: "error", protoName: "error") }
     }
 }

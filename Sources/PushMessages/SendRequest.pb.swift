@@ -6,8 +6,10 @@
 // content-type header naming its encoding and message:
 //   application/x-protobuf; message=push.v1.SendRequest     binary SendRequest
 //   application/x-protobuf; message=push.v1.CancelRequest   binary CancelRequest
+//   application/x-protobuf; message=push.v1.ChannelCommand  binary ChannelCommand
 //   application/json; message=push.v1.SendRequest           proto3 JSON SendRequest
 //   application/json; message=push.v1.CancelRequest         proto3 JSON CancelRequest
+//   application/json; message=push.v1.ChannelCommand        proto3 JSON ChannelCommand
 //   application/json (no message parameter)                 proto3 JSON SendRequest (as before)
 // A reader tells the two JSON kinds apart by the header's message parameter only, never by
 // guessing from the fields; a record without a content-type header is a binary SendRequest.
@@ -67,6 +69,15 @@ public struct SendRequest: ProtobufMessage {
         ///
         /// Field 4, `push.v1.AppAudience audience`.
         case audience(AppAudience)
+        /// A Live Activity broadcast channel (docs/live-activities.md): Apple's apns-channel-id (base64,
+        /// as ChannelEvent.channel_id gave it) of a channel this platform created for
+        /// notification.bundle_id in notification.environment. One request to Apple reaches every
+        /// subscribed device; the result is one BroadcastReport, never per-device reports. Requires
+        /// notification.push_type PUSH_TYPE_LIVEACTIVITY (or unspecified) and aps.timestamp in the payload.
+        /// Sent at most once: a redelivered request never broadcasts again.
+        ///
+        /// Field 9, `string channel_id`.
+        case channelID(String)
     }
 
     /// A message with every field at its default.
@@ -120,6 +131,8 @@ public struct SendRequest: ProtobufMessage {
                 self.traceParent = try reader.read(ProtobufString.self)
             case (8, .varint):
                 self.sendAtMs = try reader.read(ProtobufInt64.self)
+            case (9, .lengthDelimited):
+                self.target = .channelID(try reader.read(ProtobufString.self))
             default:
                 return false
             }
@@ -139,6 +152,7 @@ public struct SendRequest: ProtobufMessage {
         case 6: "created_at_ms"
         case 7: "trace_parent"
         case 8: "send_at_ms"
+        case 9: "channel_id"
         default: String(number)
         }
     }
@@ -150,6 +164,7 @@ public struct SendRequest: ProtobufMessage {
         case .deviceTokens(let value)?: writer.writeMessage(value, number: 2)
         case .userIDs(let value)?: writer.writeMessage(value, number: 3)
         case .audience(let value)?: writer.writeMessage(value, number: 4)
+        case .channelID(let value)?: writer.writeField(ProtobufString.self, value, number: 9)
         case nil: break
         }
         if let value = self.notification { writer.writeMessage(value, number: 5) }
@@ -192,6 +207,10 @@ public struct SendRequest: ProtobufMessage {
                 case "sendAtMs", "send_at_ms":
                     try seen.see(field: 8)
                     if !member.value.isNull { self.sendAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "channelId", "channel_id":
+                    guard !member.value.isNull else { try seen.see(field: 9); continue }
+                    try seen.see(field: 9, oneof: 0, oneofName: "target", key: member.key)
+                    self.target = .channelID(try ProtobufString.readJSON(member.value))
                 default:
                     try options.unknownField(member.key, in: Self.protoMessageName)
                 }
@@ -208,6 +227,7 @@ public struct SendRequest: ProtobufMessage {
         case .deviceTokens(let value)?: writer.writeMessage(value, jsonName: "deviceTokens", protoName: "device_tokens")
         case .userIDs(let value)?: writer.writeMessage(value, jsonName: "userIds", protoName: "user_ids")
         case .audience(let value)?: writer.writeMessage(value, jsonName: "audience", protoName: "audience")
+        case .channelID(let value)?: writer.writeField(ProtobufString.self, value, jsonName: "channelId", protoName: "channel_id")
         case nil: break
         }
         if let value = self.notification { writer.writeMessage(value, jsonName: "notification", protoName: "notification") }
@@ -974,3 +994,268 @@ public struct Notification: ProtobufMessage {
 
 /// `Notification` under a name Foundation does not also declare, for files that import both.
 public typealias PushNotification = Notification
+
+/// Creates or deletes a Live Activity broadcast channel at Apple (docs/live-activities.md). Channel
+/// management runs in the dispatcher, which answers with a ChannelEvent on the feedback topic.
+///
+/// It travels on the send-requests topic (push.send-requests.v1) as a record of its own, keyed by
+/// "<bundle_id>/<environment>/<name>" with environment "production" or "sandbox" (for example
+/// "com.example.scores/production/match-8812"), so every command for one channel lands on the same
+/// partition and is applied in order; with the header
+///   content-type: application/x-protobuf; message=push.v1.ChannelCommand
+/// or, as proto3 JSON,
+///   content-type: application/json; message=push.v1.ChannelCommand
+/// Commands are idempotent by (bundle_id, environment, name): a create for a channel that exists
+/// republishes its ChannelEvent (created), a delete for a deleted one republishes the deleted event.
+///
+/// The message `push.v1.ChannelCommand`.
+public struct ChannelCommand: ProtobufMessage {
+    /// `push.v1.ChannelCommand`.
+    public static let protoMessageName = "push.v1.ChannelCommand"
+
+    /// Field 1, `push.v1.ChannelCommand.Action action`.
+    public var action: ChannelCommand.Action = .unspecified
+
+    /// The app: channel management and broadcasts use the bare bundle id (no push-type suffix).
+    ///
+    /// Field 2, `string bundle_id`.
+    public var bundleID: String = ""
+
+    /// PRODUCTION or SANDBOX; a channel exists in one environment only. Unspecified is refused.
+    ///
+    /// Field 3, `push.v1.Environment environment`.
+    public var environment: Environment = .unspecified
+
+    /// The caller's name for the channel, unique per (bundle_id, environment): 1 to 128 characters of
+    /// letters, digits and "._-:" ("match-8812").
+    ///
+    /// Field 4, `string name`.
+    public var name: String = ""
+
+    /// CREATE only: Apple's message-storage-policy; unspecified means NO_MESSAGE_STORED.
+    ///
+    /// Field 5, `push.v1.MessageStoragePolicy message_storage_policy`.
+    public var messageStoragePolicy: MessageStoragePolicy = .unspecified
+
+    /// CREATE only: delete the channel at Apple this long after it was created, in ms; 0: kept until a
+    /// DELETE command.
+    ///
+    /// Field 6, `int64 delete_after_ms`.
+    public var deleteAfterMs: Int64 = 0
+
+    /// When the caller asked, ms since the UNIX epoch.
+    ///
+    /// Field 7, `int64 requested_at_ms`.
+    public var requestedAtMs: Int64 = 0
+
+    /// The caller's W3C Trace Context `traceparent` header text; copied into its ChannelEvent.
+    ///
+    /// Field 8, `string trace_parent`.
+    public var traceParent: String = ""
+
+    /// Fields this version does not know, kept from decoding and written back on encoding.
+    public var unknownFields = UnknownFields()
+
+    /// The proto3 enum `push.v1.ChannelCommand.Action`; numbers this version does not know are kept as `unrecognized`.
+    public enum Action: ProtobufEnum, CaseIterable {
+        /// refused
+        ///
+        /// `ACTION_UNSPECIFIED = 0`.
+        case unspecified
+        /// Create the channel at Apple (POST /1/apps/<bundle id>/channels), within the app's channel
+        /// limit per environment (PUSH_CHANNEL_LIMIT, Apple's is 10,000).
+        ///
+        /// `CREATE = 1`.
+        case create
+        /// Delete it at Apple (DELETE /1/apps/<bundle id>/channels). Final: the name cannot be created
+        /// again.
+        ///
+        /// `DELETE = 2`.
+        case delete
+        /// A number this version of the contract does not name; kept so it round-trips.
+        case unrecognized(Int32)
+
+        /// `push.v1.ChannelCommand.Action`.
+        public static let protoEnumName = "push.v1.ChannelCommand.Action"
+
+        /// Every named value, in declaration order.
+        public static let allCases: [Action] = [.unspecified, .create, .delete]
+
+        /// The value numbered `rawValue`; `.unrecognized(rawValue)` when no value has that number.
+        public init(rawValue: Int32) {
+            switch rawValue {
+            case 0: self = .unspecified
+            case 1: self = .create
+            case 2: self = .delete
+            default: self = .unrecognized(rawValue)
+            }
+        }
+
+        /// The value's number.
+        public var rawValue: Int32 {
+            switch self {
+            case .unspecified: 0
+            case .create: 1
+            case .delete: 2
+            case .unrecognized(let number): number
+            }
+        }
+
+        /// The value's name in the .proto file (its JSON spelling); `nil` when unrecognized.
+        public var protoName: String? {
+            switch self {
+            case .unspecified: "ACTION_UNSPECIFIED"
+            case .create: "CREATE"
+            case .delete: "DELETE"
+            case .unrecognized: nil
+            }
+        }
+
+        /// The value named `protoName` in the .proto file, or `nil`.
+        public init?(protoName: String) {
+            switch protoName {
+            case "ACTION_UNSPECIFIED": self = .unspecified
+            case "CREATE": self = .create
+            case "DELETE": self = .delete
+            default: return nil
+            }
+        }
+
+        /// Values are equal when their numbers are: `.unrecognized(n)` equals the case numbered n.
+        public static func == (lhs: Action, rhs: Action) -> Bool { lhs.rawValue == rhs.rawValue }
+
+        /// Hashes the number.
+        public func hash(into hasher: inout Hasher) { hasher.combine(rawValue) }
+    }
+
+    /// A message with every field at its default.
+    public init() {}
+
+    /// A message with the given field values; omitted ones keep their defaults.
+    public init(
+        action: ChannelCommand.Action = .unspecified,
+        bundleID: String = "",
+        environment: Environment = .unspecified,
+        name: String = "",
+        messageStoragePolicy: MessageStoragePolicy = .unspecified,
+        deleteAfterMs: Int64 = 0,
+        requestedAtMs: Int64 = 0,
+        traceParent: String = ""
+    ) {
+        self.action = action
+        self.bundleID = bundleID
+        self.environment = environment
+        self.name = name
+        self.messageStoragePolicy = messageStoragePolicy
+        self.deleteAfterMs = deleteAfterMs
+        self.requestedAtMs = requestedAtMs
+        self.traceParent = traceParent
+    }
+
+    /// Decodes one field; see `ProtobufMessage.decodeField(_:from:)`.
+    public mutating func decodeField(_ tag: FieldTag, from reader: inout ProtobufReader) throws(ProtobufError) -> Bool {
+        do {
+            switch (tag.number, tag.wireType) {
+            case (1, .varint):
+                self.action = try reader.read(ProtobufEnumField<ChannelCommand.Action>.self)
+            case (2, .lengthDelimited):
+                self.bundleID = try reader.read(ProtobufString.self)
+            case (3, .varint):
+                self.environment = try reader.read(ProtobufEnumField<Environment>.self)
+            case (4, .lengthDelimited):
+                self.name = try reader.read(ProtobufString.self)
+            case (5, .varint):
+                self.messageStoragePolicy = try reader.read(ProtobufEnumField<MessageStoragePolicy>.self)
+            case (6, .varint):
+                self.deleteAfterMs = try reader.read(ProtobufInt64.self)
+            case (7, .varint):
+                self.requestedAtMs = try reader.read(ProtobufInt64.self)
+            case (8, .lengthDelimited):
+                self.traceParent = try reader.read(ProtobufString.self)
+            default:
+                return false
+            }
+        } catch {
+            throw error.prefixingPath(Self.protoFieldName(tag.number))
+        }
+        return true
+    }
+
+    private static func protoFieldName(_ number: Int) -> String {
+        switch number {
+        case 1: "action"
+        case 2: "bundle_id"
+        case 3: "environment"
+        case 4: "name"
+        case 5: "message_storage_policy"
+        case 6: "delete_after_ms"
+        case 7: "requested_at_ms"
+        case 8: "trace_parent"
+        default: String(number)
+        }
+    }
+
+    /// Appends the fields in number order, then the unknown fields.
+    public func encodeFields(to writer: inout ProtobufWriter) {
+        if self.action.rawValue != 0 { writer.writeField(ProtobufEnumField<ChannelCommand.Action>.self, self.action, number: 1) }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, number: 2) }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, number: 3) }
+        if !self.name.isEmpty { writer.writeField(ProtobufString.self, self.name, number: 4) }
+        if self.messageStoragePolicy.rawValue != 0 { writer.writeField(ProtobufEnumField<MessageStoragePolicy>.self, self.messageStoragePolicy, number: 5) }
+        if self.deleteAfterMs != 0 { writer.writeField(ProtobufInt64.self, self.deleteAfterMs, number: 6) }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, number: 7) }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, number: 8) }
+        writer.writeUnknownFields(unknownFields)
+    }
+
+    /// Sets the fields named in a proto3 JSON object (JSON or .proto field names).
+    public mutating func decodeJSONObject(_ object: JSONObject, options: JSONDecodingOptions) throws(ProtobufError) {
+        var seen = JSONFieldTracker()
+        for member in object.members {
+            do throws(ProtobufError) {
+                switch member.key {
+                case "action":
+                    try seen.see(field: 1)
+                    if !member.value.isNull { self.action = try ProtobufEnumField<ChannelCommand.Action>.readJSON(member.value) }
+                case "bundleId", "bundle_id":
+                    try seen.see(field: 2)
+                    if !member.value.isNull { self.bundleID = try ProtobufString.readJSON(member.value) }
+                case "environment":
+                    try seen.see(field: 3)
+                    if !member.value.isNull { self.environment = try ProtobufEnumField<Environment>.readJSON(member.value) }
+                case "name":
+                    try seen.see(field: 4)
+                    if !member.value.isNull { self.name = try ProtobufString.readJSON(member.value) }
+                case "messageStoragePolicy", "message_storage_policy":
+                    try seen.see(field: 5)
+                    if !member.value.isNull { self.messageStoragePolicy = try ProtobufEnumField<MessageStoragePolicy>.readJSON(member.value) }
+                case "deleteAfterMs", "delete_after_ms":
+                    try seen.see(field: 6)
+                    if !member.value.isNull { self.deleteAfterMs = try ProtobufInt64.readJSON(member.value) }
+                case "requestedAtMs", "requested_at_ms":
+                    try seen.see(field: 7)
+                    if !member.value.isNull { self.requestedAtMs = try ProtobufInt64.readJSON(member.value) }
+                case "traceParent", "trace_parent":
+                    try seen.see(field: 8)
+                    if !member.value.isNull { self.traceParent = try ProtobufString.readJSON(member.value) }
+                default:
+                    try options.unknownField(member.key, in: Self.protoMessageName)
+                }
+            } catch {
+                throw error.prefixingPath(member.key)
+            }
+        }
+    }
+
+    /// Appends the non-default fields as JSON object members.
+    public func encodeJSONFields(to writer: inout JSONWriter) {
+        if self.action.rawValue != 0 { writer.writeField(ProtobufEnumField<ChannelCommand.Action>.self, self.action, jsonName: "action", protoName: "action") }
+        if !self.bundleID.isEmpty { writer.writeField(ProtobufString.self, self.bundleID, jsonName: "bundleId", protoName: "bundle_id") }
+        if self.environment.rawValue != 0 { writer.writeField(ProtobufEnumField<Environment>.self, self.environment, jsonName: "environment", protoName: "environment") }
+        if !self.name.isEmpty { writer.writeField(ProtobufString.self, self.name, jsonName: "name", protoName: "name") }
+        if self.messageStoragePolicy.rawValue != 0 { writer.writeField(ProtobufEnumField<MessageStoragePolicy>.self, self.messageStoragePolicy, jsonName: "messageStoragePolicy", protoName: "message_storage_policy") }
+        if self.deleteAfterMs != 0 { writer.writeField(ProtobufInt64.self, self.deleteAfterMs, jsonName: "deleteAfterMs", protoName: "delete_after_ms") }
+        if self.requestedAtMs != 0 { writer.writeField(ProtobufInt64.self, self.requestedAtMs, jsonName: "requestedAtMs", protoName: "requested_at_ms") }
+        if !self.traceParent.isEmpty { writer.writeField(ProtobufString.self, self.traceParent, jsonName: "traceParent", protoName: "trace_parent") }
+    }
+}

@@ -15,6 +15,7 @@ import Testing
         let names = [
             "delivery-report\nreq-1\n\(Self.token)", "token-invalidated\n\(Self.token)\n1764512000000\nreq-1",
             "request-completed\nreq-1", "request-completed\nréq ✓",
+            "broadcast-report\nreq-1\ndHmp9L2t0Bc=", "channel-event\ncom.example.scores\nPRODUCTION\nmatch-8812\nCREATED",
         ]
         let script = """
             import sys, uuid
@@ -30,6 +31,8 @@ import Testing
             FeedbackEventID.tokenInvalidated(deviceToken: Self.token, apnsTimestampMs: 1_764_512_000_000, requestID: "req-1"),
             FeedbackEventID.requestCompleted(requestID: "req-1"),
             FeedbackEventID.requestCompleted(requestID: "réq ✓"),
+            FeedbackEventID.broadcastReport(requestID: "req-1", channelID: "dHmp9L2t0Bc="),
+            FeedbackEventID.channelEvent(bundleID: "com.example.scores", environment: .production, name: "match-8812", kind: .created),
         ])
         #expect(FeedbackEventID.namespace.uuidString.lowercased() == "26a8710c-1894-4fc1-b8dc-e7e709f9240b")
     }
@@ -50,6 +53,13 @@ import Testing
         #expect(FeedbackPublisher.derivedID(of: .requestCompleted(completed)) == FeedbackEventID.requestCompleted(requestID: "req-1"))
         let report = DeliveryReport(requestID: "req-1", deviceToken: Self.token)
         #expect(FeedbackPublisher.derivedID(of: .deliveryReport(report)) == ids[0])
+        let broadcast = BroadcastReport(requestID: "req-1", channelID: "c")
+        #expect(FeedbackPublisher.derivedID(of: .broadcastReport(broadcast)) == FeedbackEventID.broadcastReport(requestID: "req-1", channelID: "c"))
+        let created = ChannelEvent(kind: .created, bundleID: "b", environment: .sandbox, name: "n")
+        let deleted = ChannelEvent(kind: .deleted, bundleID: "b", environment: .sandbox, name: "n")
+        #expect(FeedbackPublisher.derivedID(of: .channelEvent(created)) != FeedbackPublisher.derivedID(of: .channelEvent(deleted)))
+        #expect(FeedbackPublisher.derivedID(of: .channelEvent(created))
+            == FeedbackEventID.channelEvent(bundleID: "b", environment: .sandbox, name: "n", kind: .created))
     }
 
     @Test func sendsThatThrewGetTheDispatchersReason() {

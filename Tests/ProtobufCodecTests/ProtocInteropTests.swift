@@ -82,7 +82,7 @@ struct ProtocInteropTests {
 
     @Test func everyOutcomeReasonAndRequestStatusByName() throws {
         // Each Swift case is the .proto value of the same number and name, on the wire and in text.
-        #expect(OutcomeReason.allCases.count == 17)
+        #expect(OutcomeReason.allCases.count == 20)
         for reason in OutcomeReason.allCases where reason != .unspecified {
             let name = try #require(reason.protoName)
             #expect(name.hasPrefix("OUTCOME_REASON_"))
@@ -92,6 +92,8 @@ struct ProtocInteropTests {
         #expect(OutcomeReason.expired.rawValue == 1 && OutcomeReason.invalidDeviceToken.rawValue == 13)
         #expect(OutcomeReason.userForgotten.rawValue == 14 && OutcomeReason.tokenStale.rawValue == 15)
         #expect(OutcomeReason.noCredential.rawValue == 16)
+        #expect(OutcomeReason.channelLimit.rawValue == 17 && OutcomeReason.channelNotRegistered.rawValue == 18)
+        #expect(OutcomeReason.unconfirmed.rawValue == 19)
         #expect(RequestStatus.allCases.map(\.protoName) == [
             "REQUEST_STATUS_UNSPECIFIED", "REQUEST_STATUS_ACCEPTED", "REQUEST_STATUS_SCHEDULED", "REQUEST_STATUS_RUNNING",
             "REQUEST_STATUS_COMPLETED", "REQUEST_STATUS_CANCELLED",
@@ -115,6 +117,15 @@ struct ProtocInteropTests {
             == "0a 01 72 12 01 78 18 02 22 01 74")
         #expect(hex(DeadLetter(originalValueSize: 300, originalValueSha256: [0xAB], originalValueTruncated: true).serializedBytes())
             == "50 ac 02 5a 01 ab 60 01")  // fields 10, 11, 12
+        // Issue 30's broadcast channels.
+        #expect(hex(SendRequest(target: .channelID("c")).serializedBytes()) == "4a 01 63")  // field 9
+        #expect(hex(FeedbackEvent(event: .broadcastReport(BroadcastReport(outcomeReason: .unconfirmed))).serializedBytes())
+            == "42 03 80 01 13")  // field 8 { field 16 }
+        #expect(hex(FeedbackEvent(event: .channelEvent(ChannelEvent(kind: .created))).serializedBytes()) == "4a 02 10 01")  // field 9 { 2 }
+        #expect(hex(ChannelCommand(action: .delete, environment: .production, name: "n", messageStoragePolicy: .mostRecentMessageStored,
+            deleteAfterMs: 1).serializedBytes()) == "08 02 18 02 22 01 6e 28 02 30 01")
+        try expectMatchesProtoc(ChannelCommand(action: .create, bundleID: "b", messageStoragePolicy: .noMessageStored),
+            text: #"action: CREATE bundle_id: "b" message_storage_policy: NO_MESSAGE_STORED"#)
         // A v1 reader that predates them keeps them as unknown fields: protoc sees the same message.
         let older = try Protoc.encode("push.v1.DeliveryReport", #"request_id: "r" outcome_reason: OUTCOME_REASON_EXPIRED"#)
         #expect(try DeliveryReport(protobufBytes: older) == DeliveryReport(requestID: "r", outcomeReason: .expired))

@@ -1,4 +1,5 @@
 import Foundation
+import PushMessages
 import ServiceCore
 
 /// Deterministic event ids of the feedback topic: the same fact always gets the same id, so a
@@ -39,6 +40,29 @@ public enum FeedbackEventID {
     /// - Returns: a lowercase UUID string.
     public static func requestCompleted(requestID: String) -> String {
         id("request-completed\n\(requestID)")
+    }
+
+    /// The id of the `BroadcastReport` of the broadcast of request `requestID` to `channelID`: name
+    /// `"broadcast-report\n<request_id>\n<channel_id>"`.
+    /// - Parameters:
+    ///   - requestID: `SendRequest.request_id`.
+    ///   - channelID: Apple's `apns-channel-id` as the request named it.
+    /// - Returns: a lowercase UUID string.
+    public static func broadcastReport(requestID: String, channelID: String) -> String {
+        id("broadcast-report\n\(requestID)\n\(channelID)")
+    }
+
+    /// The id of a `ChannelEvent`: name
+    /// `"channel-event\n<bundle_id>\n<environment>\n<name>\n<kind>"`, with the environment and the
+    /// kind as their enum value names (`PRODUCTION`, `CREATED`).
+    /// - Parameters:
+    ///   - bundleID: `ChannelCommand.bundle_id`.
+    ///   - environment: `ChannelCommand.environment`.
+    ///   - name: the caller's name for the channel.
+    ///   - kind: what happened.
+    /// - Returns: a lowercase UUID string.
+    public static func channelEvent(bundleID: String, environment: Environment, name: String, kind: ChannelEvent.Kind) -> String {
+        id("channel-event\n\(bundleID)\n\(environment.protoName ?? String(environment.rawValue))\n\(name)\n\(kind.protoName ?? String(kind.rawValue))")
     }
 
     private static func id(_ name: String) -> String {

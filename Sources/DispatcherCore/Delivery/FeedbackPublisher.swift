@@ -67,6 +67,10 @@ public final class FeedbackPublisher: Sendable {
                 deviceToken: invalidated.deviceToken, apnsTimestampMs: invalidated.apnsTimestampMs, requestID: invalidated.requestID)
         case .requestCompleted(let completed):
             FeedbackEventID.requestCompleted(requestID: completed.requestID)
+        case .broadcastReport(let report):
+            FeedbackEventID.broadcastReport(requestID: report.requestID, channelID: report.channelID)
+        case .channelEvent(let event):
+            FeedbackEventID.channelEvent(bundleID: event.bundleID, environment: event.environment, name: event.name, kind: event.kind)
         case .campaignProgress:
             UUID().uuidString.lowercased()
         }

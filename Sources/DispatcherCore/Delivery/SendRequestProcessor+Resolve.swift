@@ -82,7 +82,7 @@ extension SendRequestProcessor {
                 }
             }
             return (DeliveryBatch(targets: result), nil)
-        case .audience:
+        case .audience, .channelID:
             return (DeliveryBatch(targets: []), nil)
         }
     }

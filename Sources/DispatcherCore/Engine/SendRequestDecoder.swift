@@ -117,7 +117,7 @@ public enum SendRequestDecoder {
     public static func check(_ request: SendRequest) throws(Rejection) {
         guard !request.requestID.isEmpty else { throw Rejection("request_id: is required") }
         try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(request.requestID, field: "request_id") }
-        guard let target = request.target else { throw Rejection("target: one of device_tokens, user_ids or audience is required") }
+        guard let target = request.target else { throw Rejection("target: one of device_tokens, user_ids, audience or channel_id is required") }
         switch target {
         case .deviceTokens(let tokens):
             guard !tokens.deviceTokens.isEmpty else { throw Rejection("device_tokens.device_tokens: is empty") }
@@ -128,6 +128,8 @@ public enum SendRequestDecoder {
             }
         case .audience:
             break  // checked below, once the notification is (campaigns: AudienceQuery)
+        case .channelID:
+            throw Rejection("channel_id: broadcast channels are not supported by this dispatcher yet")
         }
         guard let notification = request.notification else { throw Rejection("notification: is required") }
         try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkBundleID(notification.bundleID, field: "notification.bundle_id") }
