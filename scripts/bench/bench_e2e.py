@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ GOAL_FANOUT = 0.25       # (b) notifications/s >= 0.25 x apns-bench
 GOAL_LATENCY_MS = 25     # (c) p99 <= echo floor p99 + 25 ms
 GOAL_APPLY = 0.5         # (d) events/s >= 0.5 x direct PostgreSQL
 GOAL_RSS_MB = 300        # (e) dispatcher peak RSS < 300 MB (10^6 bytes)
+GOAL_REPLICAS = 0.9      # (h) two replicas finish (a) at >= 0.9 x one replica's rate (issue 28)
 
 
 class Bench:
@@ -40,8 +42,10 @@ class Bench:
         self.big = B.env_int("BENCH_BIG", 100_000)
         only = os.environ.get("BENCH_ONLY", "a,b,c,d,e").replace(" ", "")
         self.only = set(only.split(",")) - {""}
-        if not self.only or not self.only <= set("abcde"):
-            raise BenchError(f"BENCH_ONLY={only!r}: expected a comma-separated subset of a,b,c,d,e")
+        if not self.only or not self.only <= set("abcdeh"):
+            raise BenchError(f"BENCH_ONLY={only!r}: expected a comma-separated subset of a,b,c,d,e,h")
+        if "h" in self.only:
+            self.only.add("a")  # (h) is (a) again with a second replica, beside (a) of the same run
         self.env = B.stack_env()
         self.bootstrap = self.env["PUSH_KAFKA_BOOTSTRAP"]
         self.pg = B.Postgres(self.env["PUSH_PG_URL"])
@@ -49,7 +53,7 @@ class Bench:
         self.prefix = f"bench-{self.run_id}-"  # request ids, user ids
         self.work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
         self.scratch = f"bench_scratch_{self.run_id}"
-        self.results: dict[str, list[dict]] = {k: [] for k in "abcde"}
+        self.results: dict[str, list[dict]] = {k: [] for k in "abcdeh"}
         self.rss: dict[str, list[tuple[int, int]]] = {"a": [], "b": [], "big": []}
         self.send_pb, self.common_pb = B.pb("send_request_pb2"), B.pb("common_pb2")
         self.registry_pb = B.pb("token_registry_pb2")
@@ -188,6 +192,49 @@ class Bench:
             f"{delivered:,}/{n:,}) | ceiling {ceiling:,.0f}/s | ratio {rate / ceiling:.3f} | loadavg {load}")
         out(f"      {line}")
         out(f"      {self.cpu_line(cpu, 'request')}")
+
+    # ---- (h) (a) again with a second replica in the consumer group
+    def figure_h(self, run: int) -> None:
+        """Starts a second dispatcher (the stack's binary and environment, its own admin port), waits until
+        the two own the send-requests partitions between them, warms it, runs (a) and stops it again. Its
+        CPU is added to the dispatcher's; the ratio is against this run's (a) with one replica."""
+        first = B.pushstack.Dispatcher.stack()
+        argv, env = first.launch_spec()
+        env = {**env, "PUSH_ADMIN_PORT": "0"}
+        if "PUSH_INSTANCE_ID" in env:  # static members need ids of their own
+            env["PUSH_INSTANCE_ID"] = f"bench-{self.run_id}-2"
+        log = B.VAR_DIR / "log" / f"bench-{self.run_id}-replica2.log"
+        second = B.pushstack.Dispatcher.start(argv, env, log, timeout=60)
+        try:
+            B.pushstack.wait_split([first, second], timeout=120)
+            self.warm_up(tag=f"h{run}-")
+            n = self.single
+            ids = [f"{self.prefix}r{run}-h{i}" for i in range(n)]
+            load = B.loadavg()
+            cpu_before, second_before = self.cpu.read(), B.process_cpu_seconds(second.pid)
+            started = time.time()
+            for i, request_id in enumerate(ids):
+                self.producer.produce(B.SEND_REQUESTS, request_id.encode(),
+                                      self.request(request_id, f"{self.prefix}s-{i}", int(time.time() * 1000)),
+                                      B.SEND_REQUEST_CONTENT_TYPE)
+            self.producer.flush("(h) produce")
+            got = self.reader.wait(ids, B.deadline_for(n), f"(h) {n} single-token requests, two replicas")
+            elapsed = max(seen for seen, _ in got) / 1000 - started
+            cpu_after, second_after = self.cpu.read(), B.process_cpu_seconds(second.pid)
+            cpu_after["dispatcher"] += second_after - second_before
+            cpu = B.CPUMeter.per_item(cpu_before, cpu_after, n)
+        finally:
+            os.kill(second.pid, signal.SIGTERM)
+            second.exit_status(timeout=60)
+        B.pushstack.wait_split([first], timeout=120)
+        delivered = sum(c.delivered for _, c in got)
+        one = self.results["a"][-1]["rate"]
+        rate = n / elapsed
+        self.results["h"].append({"rate": rate, "ceiling": one, "load": load, "cpu": cpu})
+        out(f"run {run + 1} (h) {n:,} single-token requests at once, two replicas: {rate:,.0f} requests/s ({elapsed:.2f} s, "
+            f"delivered {delivered:,}/{n:,}) | one replica, (a) of this run, {one:,.0f}/s | ratio {rate / one:.3f} | loadavg {load}")
+        out(f"      CPU per request: dispatchers {cpu['dispatcher']:,.0f} µs + PostgreSQL {cpu['postgres']:,.0f} µs + broker "
+            f"{cpu['broker']:,.0f} µs = {cpu['total']:,.0f} µs")
 
     # ---- (b) one request fanned out to one user's tokens
     def figure_b(self, run: int) -> None:
@@ -409,6 +456,7 @@ COMMIT;
                 f"p50 {e50:,.0f} ms p99 {e99:,.0f} ms (goal p99 ≤ {e99 + GOAL_LATENCY_MS:,.0f} ms) | loadavg {loads(rows)}")
             verdicts.append(("c", p99 <= e99 + GOAL_LATENCY_MS, f"p99 {p99:,.0f} ms vs echo p99 {e99:,.0f} ms + {GOAL_LATENCY_MS} ms"))
         ratio_line("d", f"{self.events:,} token events", "applied/s", "direct PostgreSQL (1 client)", GOAL_APPLY)
+        ratio_line("h", f"{self.single:,} single-token requests, two replicas", "requests/s", "one replica's (a)", GOAL_REPLICAS)
         if "e" in self.only:
             phases = [(name, peaks) for name, peaks in (("(a)", self.rss["a"]), ("(b)", self.rss["b"]),
                                                          (f"{self.big:,}-token request", self.rss["big"])) if peaks]
@@ -425,13 +473,13 @@ COMMIT;
             out(f"({letter}) {'PASS' if ok else 'MISS'}  {why}")
         return 0
 
-    def warm_up(self) -> None:
+    def warm_up(self, tag: str = "") -> None:
         """Sends a few single-token requests first, not counted: a dispatcher that just started opens its
         APNs connections one after the other and its PostgreSQL connections on demand."""
         n = min(2_000, self.single_pool())
         if n == 0:
             return
-        ids = [f"{self.prefix}warm-{i}" for i in range(n)]
+        ids = [f"{self.prefix}warm-{tag}{i}" for i in range(n)]
         started = time.time()
         for i, request_id in enumerate(ids):
             self.producer.produce(B.SEND_REQUESTS, request_id.encode(),
@@ -446,6 +494,8 @@ COMMIT;
         for run in range(self.runs):
             if "a" in self.only:
                 self.figure_a(run)
+            if "h" in self.only:
+                self.figure_h(run)
             if "b" in self.only:
                 self.figure_b(run)
             if "e" in self.only:
