@@ -89,6 +89,11 @@ final class EngineWorld: Sendable {
         var apns = APNsClient.Configuration()
         apns.production = .init(host: "127.0.0.1", port: simulator.productionPort)
         apns.sandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
+        // The simulator serves the broadcast-channel APIs on the same listeners.
+        apns.channelsProduction = apns.production
+        apns.channelsSandbox = apns.sandbox
+        apns.broadcastProduction = apns.production
+        apns.broadcastSandbox = apns.sandbox
         apns.caFile = credentials.path("server-cert.pem")
         apns.connectionsPerPool = 1
         apns.connectStagger = .milliseconds(10)
@@ -134,6 +139,17 @@ final class EngineWorld: Sendable {
     @discardableResult
     func sendToAudience(_ requestID: String) async throws -> KafkaDeliveryReport {
         var request = SendRequest(requestID: requestID, target: .audience(AppAudience(bundleID: Self.bundleID)), notification: Self.alert(.unspecified))
+        request.createdAtMs = SystemWallClock().nowMilliseconds()
+        return try await produceRequest(request)
+    }
+
+    /// A broadcast to `channelID` (docs/live-activities.md) of a Live Activity update, production.
+    @discardableResult
+    func broadcast(_ requestID: String, to channelID: String, payload: String = #"{"aps":{"timestamp":1700000000,"event":"update"}}"#)
+        async throws -> KafkaDeliveryReport {
+        var request = SendRequest(
+            requestID: requestID, target: .channelID(channelID),
+            notification: PushMessages.Notification(bundleID: Self.bundleID, environment: .production, pushType: .liveactivity, payload: payload))
         request.createdAtMs = SystemWallClock().nowMilliseconds()
         return try await produceRequest(request)
     }
@@ -275,6 +291,14 @@ final class FeedbackCollector: Sendable {
     func completions(_ requestID: String) -> [RequestCompleted] {
         all.compactMap { event -> RequestCompleted? in
             if case .requestCompleted(let completed)? = event.event, completed.requestID == requestID { return completed }
+            return nil
+        }
+    }
+
+    /// Broadcast reports of `requestID`, in the order published.
+    func broadcastReports(_ requestID: String) -> [(eventID: String, report: BroadcastReport)] {
+        all.compactMap { event -> (String, BroadcastReport)? in
+            if case .broadcastReport(let report)? = event.event, report.requestID == requestID { return (event.eventID, report) }
             return nil
         }
     }

@@ -82,7 +82,8 @@ extension APNsClient {
     ///     `apns-expiration`, ``APNsRetryHorizon``).
     /// - Throws: `APNsError` `.unconfirmed` (sent, no answer: Apple may have it; `attempts` 1);
     ///   `.retryHorizonExceeded` or `.deliveryFailed` with `attempts` 0 (never reached Apple);
-    ///   `.missingCredentials`; `.tooManyQueuedRequests`; `.shutDown`. `CancellationError`.
+    ///   `.missingCredentials`; `.tooManyQueuedRequests`; `.shutDown`. `CancellationError` when the
+    ///   caller was cancelled, possibly after the request left (never sent again by the client).
     public func broadcast(_ request: APNsBroadcastRequest, environment: APNsEnvironment, options: APNsSendOptions = .init()) async throws -> APNsChannelAnswer {
         var headers: [HTTP2Header] = []
         if let pushType = request.pushType { headers.append(HTTP2Header("apns-push-type", pushType.rawValue)) }
@@ -144,8 +145,8 @@ extension APNsClient {
                 lastError = error
                 switch APNsStreamFailure.classify(error, connectionUsable: connection.connection.isUsable, taskCancelled: Task.isCancelled) {
                 case .cancelled:
-                    // A cancelled broadcast may have left already: the caller must not send it again.
-                    if kind == .broadcast { throw unconfirmed(kind, error, path: path, attempts: retry.attempts + 1) }
+                    // Not an outcome: the caller stopped. A broadcast may have left already, so a caller
+                    // that may run again keeps its own record of having sent it (the dispatcher's intent row).
                     throw CancellationError()
                 case .notProcessed(let retire):
                     metrics.increment("unprocessed_resends")

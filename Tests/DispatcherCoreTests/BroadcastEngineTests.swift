@@ -1,0 +1,126 @@
+import APNs
+import APNsSimulator
+import Foundation
+import PushMessages
+import PushTestSupport
+import ServiceCore
+import Testing
+
+@testable import DispatcherCore
+
+extension DispatcherEngineSuites {
+    /// Broadcasts on a running engine (`EngineWorld`: real PostgreSQL, librdkafka's mock cluster, the
+    /// APNs simulator over TLS): sent once with the channel's subscribers as its fan-out, never again
+    /// when the request is read again (docs/live-activities.md "Never broadcast twice").
+    @Suite(.testDatabase, .serialized, .timeLimit(.minutes(5)))
+    struct BroadcastEngineTests {
+        init() { ProcessSignals.ignoreSIGPIPE() }
+
+        /// Broadcast requests the simulator received (answered or not).
+        static func broadcastsReceived(_ world: EngineWorld) -> Int {
+            world.simulator.receivedRequests().filter { $0.path.hasPrefix("/4/broadcasts/") }.count
+        }
+
+        func channel(_ engine: RunningEngine, subscribers: Int, in world: EngineWorld) async throws -> String {
+            let created = try await engine.client.createChannel(bundleID: EngineWorld.bundleID, environment: .production, policy: .noMessageStored)
+            let id = try #require(created.channelID)
+            try world.simulator.setChannelSubscribers(subscribers, channelID: id)
+            return id
+        }
+
+        /// One broadcast, accepted once: its report DELIVERED with apns-unique-id, the simulator's
+        /// subscriber count reached, a RequestCompleted of 1. Read again: nothing sent, nothing
+        /// published (request_completions); read again after its completion was lost: the same report
+        /// (same event id) published again, still one broadcast at the simulator.
+        @Test func aBroadcastIsSentOnceAndARedeliveryRepublishesItsReport() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine()
+            let id = try await channel(engine, subscribers: 25, in: world)
+            try await world.broadcast("bc-once", to: id)
+            try await eventually("the broadcast completed") { world.feedback.completions("bc-once").count == 1 }
+            let (eventID, report) = try #require(world.feedback.broadcastReports("bc-once").first)
+            #expect(report.outcome == .delivered && report.httpStatus == 200 && !report.apnsUniqueID.isEmpty)
+            #expect(report.channelID == id && report.bundleID == EngineWorld.bundleID && report.environment == .production)
+            #expect(report.attempts == 1 && report.apnsRequestID.count == 36 && report.outcomeReason == .unspecified)
+            #expect(eventID == FeedbackEventID.broadcastReport(requestID: "bc-once", channelID: id))
+            #expect(world.simulator.counters()["broadcast_reached"] == 25, "the channel's subscribers are the fan-out")
+            let completed = try #require(world.feedback.completions("bc-once").first)
+            #expect((completed.total, completed.delivered) == (1, 1))
+            #expect(try await world.sendLog("bc-once") == ["channel:" + id: "DELIVERED"])
+            #expect(world.feedback.reports("bc-once").isEmpty, "no per-device reports")
+
+            // Read again after it completed: finished at once.
+            try await world.broadcast("bc-once", to: id)
+            try await world.broadcast("bc-marker", to: id)
+            try await eventually("the next request completed") { world.feedback.completions("bc-marker").count == 1 }
+            #expect(world.feedback.completions("bc-once").count == 1 && world.feedback.broadcastReports("bc-once").count == 1)
+
+            // Read again after a crash lost its completion: the recorded report again, never a second broadcast.
+            _ = try await world.pool.execute("DELETE FROM request_completions WHERE request_id = 'bc-once'")
+            try await world.broadcast("bc-once", to: id)
+            try await eventually("the request completed again") { world.feedback.completions("bc-once").count == 2 }
+            let reports = world.feedback.broadcastReports("bc-once")
+            #expect(reports.count == 2 && reports.allSatisfy { $0.eventID == eventID && $0.report == report })
+            #expect(Self.broadcastsReceived(world) == 2, "bc-once and bc-marker, each once")
+            #expect(world.simulator.counters()["broadcast_reached"] == 50)
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// The dispatcher stopped between the Apple request and its answer (a revocation that outlives
+        /// its drain cancels the handling; the simulator never answers): the intent row stays PENDING,
+        /// and the partition's next owner reports FAILED OUTCOME_REASON_UNCONFIRMED without a second
+        /// Apple request.
+        @Test func aPendingIntentIsReportedUnconfirmedAndNeverSentAgain() async throws {
+            let world = try await EngineWorld()
+            let configure: (inout DispatcherConfiguration) -> Void = { $0.revokeDrain = .milliseconds(300) }
+            let first = try world.startEngine(instance: "a", configure: configure)
+            let id = try await channel(first, subscribers: 3, in: world)
+            var faults = APNsSimulatorFaults()
+            faults.unansweredShare = 1
+            world.simulator.setFaults(faults)
+            try await world.broadcast("bc-pending", to: id)
+            try await eventually("the intent written and the broadcast sent") {
+                try await world.sendLog("bc-pending") == ["channel:" + id: "PENDING"] && Self.broadcastsReceived(world) == 1
+            }
+            let second = try world.startEngine(instance: "b", configure: configure)
+            try await eventually("the request read again and completed", timeout: .seconds(40)) {
+                world.feedback.completions("bc-pending").count == 1
+            }
+            let (eventID, report) = try #require(world.feedback.broadcastReports("bc-pending").first)
+            #expect(report.outcome == .failed && report.outcomeReason == .unconfirmed && report.attempts == 1)
+            #expect(eventID == FeedbackEventID.broadcastReport(requestID: "bc-pending", channelID: id))
+            #expect(try await world.sendLog("bc-pending") == ["channel:" + id: "FAILED"])
+            let completed = try #require(world.feedback.completions("bc-pending").first)
+            #expect((completed.total, completed.failed) == (1, 1))
+            #expect(Self.broadcastsReceived(world) == 1, "never broadcast twice")
+            try await second.stop()
+            try await first.stop()
+            await world.close()
+        }
+
+        /// A Live Activity payload without aps.timestamp: REJECTED OUTCOME_REASON_INVALID_REQUEST, no
+        /// Apple request; a broadcast Apple refuses (an unknown channel): REJECTED with Apple's reason.
+        @Test func refusalsAreReportedRejected() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine()
+            let id = try await channel(engine, subscribers: 1, in: world)
+            try await world.broadcast("bc-no-timestamp", to: id, payload: #"{"aps":{"event":"update"}}"#)
+            try await world.broadcast("bc-unknown", to: "AAAAAAAAAAAAAAAAAAAAAA==")
+            try await eventually("both completed") {
+                world.feedback.completions("bc-no-timestamp").count == 1 && world.feedback.completions("bc-unknown").count == 1
+            }
+            let refused = try #require(world.feedback.broadcastReports("bc-no-timestamp").first?.report)
+            #expect(refused.outcome == .rejected && refused.outcomeReason == .invalidRequest && refused.httpStatus == 0)
+            #expect(try await world.sendLog("bc-no-timestamp") == ["channel:" + id: "REJECTED"])
+            let unknown = try #require(world.feedback.broadcastReports("bc-unknown").first?.report)
+            #expect(unknown.outcome == .rejected && unknown.apnsReason == "ChannelNotRegistered" && unknown.httpStatus == 400)
+            #expect(unknown.outcomeReason == .channelNotRegistered)
+            #expect(Self.broadcastsReceived(world) == 1, "only the unknown channel's request reached the simulator")
+            let completed = try #require(world.feedback.completions("bc-no-timestamp").first)
+            #expect((completed.total, completed.rejected) == (1, 1))
+            try await engine.stop()
+            await world.close()
+        }
+    }
+}
