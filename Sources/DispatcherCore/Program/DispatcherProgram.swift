@@ -194,6 +194,17 @@ public enum DispatcherProgram {
         {
             apns.sandbox = endpoint
         }
+        // Broadcast channels (docs/live-activities.md "Where Apple is"): channel management and broadcast hosts.
+        for (variable, path) in [
+            ("PUSH_APNS_CHANNELS_URL_PRODUCTION", \APNsClient.Configuration.channelsProduction),
+            ("PUSH_APNS_CHANNELS_URL_SANDBOX", \APNsClient.Configuration.channelsSandbox),
+            ("PUSH_APNS_BROADCAST_URL_PRODUCTION", \APNsClient.Configuration.broadcastProduction),
+            ("PUSH_APNS_BROADCAST_URL_SANDBOX", \APNsClient.Configuration.broadcastSandbox),
+        ] {
+            if let url = env.string(variable), let endpoint = try env.attempt(variable, { try APNsClient.Configuration.Endpoint(url: url) }) {
+                apns[keyPath: path] = endpoint
+            }
+        }
         apns.caFile = env.string("PUSH_APNS_CA_FILE")
         if let caFile = apns.caFile, !FileManager.default.isReadableFile(atPath: caFile) {
             try env.fail("PUSH_APNS_CA_FILE", "cannot read \(caFile)")
