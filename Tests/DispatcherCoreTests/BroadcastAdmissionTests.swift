@@ -21,7 +21,7 @@ import Testing
     }
 
     func decide(_ notification: PushMessages.Notification, refusal: String? = nil,
-                channel: BroadcastAdmission.Channel = .unchecked) -> BroadcastAdmission.Decision {
+                channel: BroadcastAdmission.Channel = .active(policy: .noMessageStored, name: "match-1")) -> BroadcastAdmission.Decision {
         BroadcastAdmission.decide(channelID: Self.channel, notification: notification, credentialRefusal: refusal, channel: channel)
     }
 
@@ -61,10 +61,10 @@ import Testing
             notification(payload: #"{"aps":{"timestamp":1},"p":""# + String(repeating: "x", count: 5_121 - 30) + #""}"#),
         ]
         for candidate in invalid { #expect(reason(decide(candidate)) == .invalidRequest, "\(candidate.payload.prefix(40)) \(candidate.priority)") }
-        // A No-Message-Stored channel takes only expiration 0; unchecked, Apple decides.
-        #expect(reason(decide(notification(expiration: 1_900_000_000), channel: .active(policy: .noMessageStored, name: "n"))) == .invalidRequest)
-        #expect(reason(decide(notification(expiration: 0), channel: .active(policy: .noMessageStored, name: "n"))) == nil)
-        #expect(reason(decide(notification(expiration: 1_900_000_000))) == nil)
+        // A No-Message-Stored channel takes only expiration 0; a Most-Recent-Message-Stored one a time too.
+        #expect(reason(decide(notification(expiration: 1_900_000_000))) == .invalidRequest)
+        #expect(reason(decide(notification(expiration: 0))) == nil)
+        #expect(reason(decide(notification(expiration: 1_900_000_000), channel: .active(policy: .mostRecentMessageStored, name: "n"))) == nil)
     }
 
     @Test func settlementFollowsApplesAnswer() {

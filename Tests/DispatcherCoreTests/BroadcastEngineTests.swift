@@ -21,11 +21,23 @@ extension DispatcherEngineSuites {
             world.simulator.receivedRequests().filter { $0.path.hasPrefix("/4/broadcasts/") }.count
         }
 
-        func channel(_ engine: RunningEngine, subscribers: Int, in world: EngineWorld) async throws -> String {
+        /// A channel created at the simulator with `subscribers`, and its `active` row in `channels`
+        /// named `name` (as a CREATE command leaves it; the suite's tests share one database).
+        func channel(_ engine: RunningEngine, subscribers: Int, in world: EngineWorld, name: String) async throws -> String {
             let created = try await engine.client.createChannel(bundleID: EngineWorld.bundleID, environment: .production, policy: .noMessageStored)
             let id = try #require(created.channelID)
             try world.simulator.setChannelSubscribers(subscribers, channelID: id)
+            let store = ChannelStore(pool: world.pool)
+            let now = SystemWallClock().nowMilliseconds()
+            let command = ChannelCommand(action: .create, bundleID: EngineWorld.bundleID, environment: .production, name: name,
+                                         messageStoragePolicy: .noMessageStored)
+            guard case .reserved(let row) = try await store.reserve(command, limit: 100, nowMs: now) else { throw TestFailure("not reserved") }
+            try #require(try await store.transition(row, from: [.creating], to: .active, channelID: id, nowMs: now) != nil)
             return id
+        }
+
+        func channelState(_ world: EngineWorld, _ id: String) async throws -> String? {
+            try await world.pool.query("SELECT state FROM channels WHERE channel_id = $1", [.string(id)]).first?.string("state")
         }
 
         /// One broadcast, accepted once: its report DELIVERED with apns-unique-id, the simulator's
@@ -35,7 +47,7 @@ extension DispatcherEngineSuites {
         @Test func aBroadcastIsSentOnceAndARedeliveryRepublishesItsReport() async throws {
             let world = try await EngineWorld()
             let engine = try world.startEngine()
-            let id = try await channel(engine, subscribers: 25, in: world)
+            let id = try await channel(engine, subscribers: 25, in: world, name: "match-once")
             try await world.broadcast("bc-once", to: id)
             try await eventually("the broadcast completed") { world.feedback.completions("bc-once").count == 1 }
             let (eventID, report) = try #require(world.feedback.broadcastReports("bc-once").first)
@@ -75,7 +87,7 @@ extension DispatcherEngineSuites {
             let world = try await EngineWorld()
             let configure: (inout DispatcherConfiguration) -> Void = { $0.revokeDrain = .milliseconds(300) }
             let first = try world.startEngine(instance: "a", configure: configure)
-            let id = try await channel(first, subscribers: 3, in: world)
+            let id = try await channel(first, subscribers: 3, in: world, name: "match-pending")
             var faults = APNsSimulatorFaults()
             faults.unansweredShare = 1
             world.simulator.setFaults(faults)
@@ -99,12 +111,13 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
-        /// A Live Activity payload without aps.timestamp: REJECTED OUTCOME_REASON_INVALID_REQUEST, no
-        /// Apple request; a broadcast Apple refuses (an unknown channel): REJECTED with Apple's reason.
-        @Test func refusalsAreReportedRejected() async throws {
+        /// Refused before Apple: a Live Activity payload without aps.timestamp (REJECTED
+        /// OUTCOME_REASON_INVALID_REQUEST) and a channel no row knows (REJECTED
+        /// OUTCOME_REASON_CHANNEL_NOT_REGISTERED, apns_reason empty); neither reaches the simulator.
+        @Test func refusalsBeforeAppleAreReportedRejected() async throws {
             let world = try await EngineWorld()
             let engine = try world.startEngine()
-            let id = try await channel(engine, subscribers: 1, in: world)
+            let id = try await channel(engine, subscribers: 1, in: world, name: "match-refusals")
             try await world.broadcast("bc-no-timestamp", to: id, payload: #"{"aps":{"event":"update"}}"#)
             try await world.broadcast("bc-unknown", to: "AAAAAAAAAAAAAAAAAAAAAA==")
             try await eventually("both completed") {
@@ -112,13 +125,37 @@ extension DispatcherEngineSuites {
             }
             let refused = try #require(world.feedback.broadcastReports("bc-no-timestamp").first?.report)
             #expect(refused.outcome == .rejected && refused.outcomeReason == .invalidRequest && refused.httpStatus == 0)
+            #expect(refused.channelName == "match-refusals")
             #expect(try await world.sendLog("bc-no-timestamp") == ["channel:" + id: "REJECTED"])
             let unknown = try #require(world.feedback.broadcastReports("bc-unknown").first?.report)
-            #expect(unknown.outcome == .rejected && unknown.apnsReason == "ChannelNotRegistered" && unknown.httpStatus == 400)
-            #expect(unknown.outcomeReason == .channelNotRegistered)
-            #expect(Self.broadcastsReceived(world) == 1, "only the unknown channel's request reached the simulator")
+            #expect(unknown.outcome == .rejected && unknown.outcomeReason == .channelNotRegistered)
+            #expect(unknown.apnsReason.isEmpty && unknown.httpStatus == 0 && unknown.channelName.isEmpty)
+            #expect(Self.broadcastsReceived(world) == 0, "no Apple request")
             let completed = try #require(world.feedback.completions("bc-no-timestamp").first)
             #expect((completed.total, completed.rejected) == (1, 1))
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// A channel deleted at Apple while its row is active: Apple's ChannelNotRegistered is REJECTED
+        /// with OUTCOME_REASON_CHANNEL_NOT_REGISTERED and Apple's reason, and the row becomes deleted, so
+        /// the next broadcast to it is refused without an Apple request.
+        @Test func applesChannelNotRegisteredMarksTheRowDeleted() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine()
+            let id = try await channel(engine, subscribers: 4, in: world, name: "match-gone")
+            #expect(try await engine.client.deleteChannel(bundleID: EngineWorld.bundleID, environment: .production, channelID: id).status == 204)
+            try await world.broadcast("bc-gone", to: id)
+            try await eventually("the broadcast completed") { world.feedback.completions("bc-gone").count == 1 }
+            let gone = try #require(world.feedback.broadcastReports("bc-gone").first?.report)
+            #expect(gone.outcome == .rejected && gone.outcomeReason == .channelNotRegistered)
+            #expect(gone.apnsReason == "ChannelNotRegistered" && gone.httpStatus == 400 && gone.channelName == "match-gone")
+            #expect(try await channelState(world, id) == "deleted")
+            try await world.broadcast("bc-gone-again", to: id)
+            try await eventually("the second broadcast completed") { world.feedback.completions("bc-gone-again").count == 1 }
+            let again = try #require(world.feedback.broadcastReports("bc-gone-again").first?.report)
+            #expect(again.outcome == .rejected && again.outcomeReason == .channelNotRegistered && again.apnsReason.isEmpty)
+            #expect(Self.broadcastsReceived(world) == 1, "the deleted row is refused locally")
             try await engine.stop()
             await world.close()
         }

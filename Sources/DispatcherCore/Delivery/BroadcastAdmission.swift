@@ -9,7 +9,7 @@ import PushMessages
 ///
 /// 1. the bundle's credential (the credentials registry): `OUTCOME_REASON_NO_CREDENTIAL`;
 /// 2. the channel row: an active channel of the app in the environment, else
-///    `OUTCOME_REASON_CHANNEL_NOT_REGISTERED` (``Channel/unchecked`` skips it);
+///    `OUTCOME_REASON_CHANNEL_NOT_REGISTERED`;
 /// 3. push type `liveactivity` or unspecified; priority 10, 5 or 1 (unset: 10); `apns-expiration` 0
 ///    on a No-Message-Stored channel (unset: 0); `apns_id` a UUID; a payload of at most 5,120 bytes
 ///    that is a JSON object with `aps.timestamp` a number (devices drop an update older than the one
@@ -17,8 +17,6 @@ import PushMessages
 struct BroadcastAdmission: Sendable {
     /// What the dispatcher knows of the channel (its `channels` row).
     enum Channel: Sendable, Hashable {
-        /// No channel store to ask: the channel and its policy are left to Apple.
-        case unchecked
         /// No row, or a row that is not active (deleted, failed, still creating).
         case notRegistered
         /// An active channel with Apple's storage policy; `name` is the caller's name for it.
@@ -39,9 +37,8 @@ struct BroadcastAdmission: Sendable {
     ///     environment; nil when it has one (or no registry decides).
     static func decide(channelID: String, notification: Notification, credentialRefusal: String?, channel: Channel) -> Decision {
         if let credentialRefusal { return .reject(.noCredential, error: credentialRefusal) }
-        var policy: APNsMessageStoragePolicy?
+        let policy: APNsMessageStoragePolicy
         switch channel {
-        case .unchecked: break
         case .notRegistered:
             return .reject(.channelNotRegistered, error: "channel_id: \(channelID) is not an active channel of \(notification.bundleID)")
         case .active(let known, _): policy = known

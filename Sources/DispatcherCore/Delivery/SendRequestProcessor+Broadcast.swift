@@ -131,20 +131,30 @@ extension SendRequestProcessor {
         return .finished
     }
 
-    // MARK: The channel row (the channel store's seam)
+    // MARK: The channel row
 
-    /// The seam to the `channels` table: what ``BroadcastAdmission`` knows of the channel. Until this
-    /// dispatcher has a channel store it answers ``BroadcastAdmission/Channel/unchecked`` and Apple
-    /// checks the channel (`ChannelNotRegistered`, `BadExpirationDate`).
+    /// What ``BroadcastAdmission`` knows of the channel: its `channels` row by Apple's id for the app
+    /// in the environment (`ChannelStore`). No row, or a row that is not `active` (deleted, failed,
+    /// still creating, being deleted): not registered, and no Apple request.
     /// - Throws: `PostgresError`.
     func channelForBroadcast(bundleID: String, environment: APNsEnvironment, channelID: String) async throws -> BroadcastAdmission.Channel {
-        .unchecked
+        guard let row = try await channelStore.row(bundleID: bundleID, environment: Environment(environment), channelID: channelID),
+              row.state == .active
+        else { return .notRegistered }
+        return .active(policy: row.storagePolicy == .mostRecentMessageStored ? .mostRecentMessageStored : .noMessageStored, name: row.name)
     }
 
-    /// The seam to the `channels` table after Apple answered `ChannelNotRegistered` or `BadChannelId`:
-    /// the row is to be marked deleted. Nothing to do without a channel store.
+    /// After Apple answered `ChannelNotRegistered` or `BadChannelId`: the channel's row becomes
+    /// `deleted` (Apple no longer knows it, whoever deleted it).
     /// - Throws: `PostgresError`.
-    func channelNotRegisteredAtApple(bundleID: String, environment: APNsEnvironment, channelID: String) async throws {}
+    func channelNotRegisteredAtApple(bundleID: String, environment: APNsEnvironment, channelID: String) async throws {
+        guard let row = try await channelStore.row(bundleID: bundleID, environment: Environment(environment), channelID: channelID) else { return }
+        if try await channelStore.transition(row, from: [.active, .deleting], to: .deleted, nowMs: clock.nowMilliseconds()) != nil {
+            logger.warning("APNs no longer knows the channel: its row is marked deleted", [
+                "bundle_id": bundleID, "environment": "\(environment)", "name": row.name, "channel_id": channelID,
+            ])
+        }
+    }
 }
 
 /// A broadcast's outcome from Apple's answer or the client's error, as a value

@@ -67,6 +67,8 @@ public final class SendRequestProcessor: Sendable {
     /// Class priority across this processor's sources (`ClassPriorityPolicy`, first in their chains):
     /// transactional notifications waiting for their budget go before bulk and campaign ones.
     let classPriority = ClassPriorityGate()
+    /// The `channels` table: the broadcast path's channel look-up (docs/live-activities.md).
+    let channelStore: ChannelStore
 
     /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
     /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
@@ -134,6 +136,7 @@ public final class SendRequestProcessor: Sendable {
             }
         }
         self.store = store
+        self.channelStore = ChannelStore(pool: store.pool)
         self.sender = sender
         self.feedback = feedback
         self.defaultEnvironment = defaultEnvironment
