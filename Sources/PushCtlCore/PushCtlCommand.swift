@@ -147,14 +147,15 @@ public struct PushCtlCommand: Sendable {
             details: ""),
         PushCtlCommand(
             path: ["send"], arguments: "",
-            summary: "send a push to tokens, users or an app audience (produces a SendRequest)",
+            summary: "send a push to tokens, users, an app audience or a broadcast channel (produces a SendRequest)",
             options: [
                 .value("token", "HEX", "target device token", repeatable: true),
                 .value("user", "ID", "target user (every active token of theirs)", repeatable: true),
                 .value("app", "BUNDLE", "target every active token of an app (an app audience)"),
                 .value("app-environment", "ENV", "only this environment of --app: sandbox or production (default: both)"),
+                .value("channel", "CHANNEL_ID", "broadcast to a Live Activity channel (Apple's apns-channel-id): one request reaches every subscriber"),
                 .value("bundle", "ID", "the notification's bundle id (apns-topic; required)"),
-                .value("push-type", "TYPE", "alert, background, voip, … (default alert)"),
+                .value("push-type", "TYPE", "alert, background, voip, … (default alert; liveactivity with --channel)"),
                 .value("title", "TEXT", "alert title (builds {\"aps\":{\"alert\":{…}}})"),
                 .value("body", "TEXT", "alert body"),
                 .value("payload", "JSON", "the payload, sent byte for byte"),
@@ -176,6 +177,8 @@ public struct PushCtlCommand: Sendable {
                 For --app and --user, the audience's size is read from PostgreSQL (PUSH_PG_URL) when it is
                 reachable and printed before sending; an empty audience is refused with exit status 6
                 unless --allow-empty. --app reaches both environments unless --app-environment is given.
+                --channel broadcasts once to every device subscribed to the channel (give --environment,
+                the channel's, and a payload with aps.timestamp); its outcome is one BroadcastReport.
                 With --wait, pushctl reads $PUSH_TOPIC_FEEDBACK: delivery reports move the progress bar
                 (whose total is the number of tokens, or for users their active tokens when PUSH_PG_URL is
                 reachable, or --expect), and the RequestCompleted ends the wait (exit 0 when every
