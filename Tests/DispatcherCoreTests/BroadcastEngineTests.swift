@@ -1,6 +1,8 @@
 import APNs
 import APNsSimulator
+import DispatcherStatus
 import Foundation
+import Kafka
 import PushMessages
 import PushTestSupport
 import ServiceCore
@@ -95,6 +97,9 @@ extension DispatcherEngineSuites {
             try await eventually("the intent written and the broadcast sent") {
                 try await world.sendLog("bc-pending") == ["channel:" + id: "PENDING"] && Self.broadcastsReceived(world) == 1
             }
+            // The request status counts no outcome yet (a PENDING row is not a skipped notification).
+            let running = try #require(try await world.pool.withConnection { try await RequestStatusReader.status(requestID: "bc-pending", on: $0) })
+            #expect(running.state == .running && running.counts.processed == 0 && running.counts.skipped == 0)
             let second = try world.startEngine(instance: "b", configure: configure)
             try await eventually("the request read again and completed", timeout: .seconds(40)) {
                 world.feedback.completions("bc-pending").count == 1
@@ -133,6 +138,30 @@ extension DispatcherEngineSuites {
             #expect(Self.broadcastsReceived(world) == 0, "no Apple request")
             let completed = try #require(world.feedback.completions("bc-no-timestamp").first)
             #expect((completed.total, completed.rejected) == (1, 1))
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// A broadcast whose cancel arrived first (same key, same partition): SKIPPED
+        /// OUTCOME_REASON_CANCELLED, the request CANCELLED, no Apple request.
+        @Test func aCancelledBroadcastIsSkipped() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine()
+            let id = try await channel(engine, subscribers: 2, in: world, name: "match-cancelled")
+            let cancel = CancelRequest(requestID: "bc-cancelled", reason: "test", requestedAtMs: SystemWallClock().nowMilliseconds())
+            _ = try await world.producer.send(
+                topic: world.topics.sendRequests, key: "bc-cancelled", value: cancel.serializedBytes(),
+                headers: [KafkaHeader(name: "content-type", value: "application/x-protobuf; message=push.v1.CancelRequest")])
+            try await eventually("the cancel recorded") {
+                try await world.count("SELECT count(*) FROM cancellations WHERE request_id = $1", "bc-cancelled") == 1
+            }
+            try await world.broadcast("bc-cancelled", to: id)
+            try await eventually("the broadcast completed") { world.feedback.completions("bc-cancelled").count == 1 }
+            let skipped = try #require(world.feedback.broadcastReports("bc-cancelled").first?.report)
+            #expect(skipped.outcome == .skipped && skipped.outcomeReason == .cancelled)
+            let completed = try #require(world.feedback.completions("bc-cancelled").first)
+            #expect(completed.status == .cancelled && (completed.total, completed.skipped) == (1, 1))
+            #expect(Self.broadcastsReceived(world) == 0)
             try await engine.stop()
             await world.close()
         }

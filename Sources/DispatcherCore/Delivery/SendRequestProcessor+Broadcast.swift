@@ -18,7 +18,8 @@ extension SendRequestProcessor {
     /// `OUTCOME_REASON_UNCONFIRMED` and is never sent. Otherwise ``BroadcastAdmission`` decides; a
     /// refusal is recorded and reported `REJECTED` without an Apple request; an admitted broadcast
     /// writes its intent row (`PENDING`) before the request and its outcome after Apple's answer.
-    /// Then one `BroadcastReport` (keyed by request id) and a `RequestCompleted` (total 1).
+    /// Then one `BroadcastReport` (keyed by request id) and a `RequestCompleted` (total 1). A request
+    /// cancelled before it was sent is `SKIPPED` with `OUTCOME_REASON_CANCELLED`.
     /// - Throws: `PostgresError`, `KafkaError` (the caller retries the whole request, which finds the
     ///   row), `CancellationError` (the intent row stays `PENDING`: the broadcast may have left).
     func processBroadcast(_ request: SendRequest, channelID: String, notification: Notification, consumedAtMs: Int64) async throws -> RecordOutcome {
@@ -42,6 +43,19 @@ extension SendRequestProcessor {
             return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
         }
 
+        if cancellations.contains(request.requestID) {
+            // Cancelled before it was sent (CancelCheckPolicy's rule for every source): SKIPPED.
+            report.outcome = .skipped
+            report.outcomeReason = .cancelled
+            report.completedAtMs = clock.nowMilliseconds()
+            let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
+            if let found = try await store.insertBroadcastRow(
+                requestID: request.requestID, key: key, eventID: report.eventID, outcome: "SKIPPED", httpStatus: 0, apnsReason: "",
+                apnsID: "", attempts: 0, event: event) {
+                return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
+            }
+            return try await finishBroadcast(event: event, outcome: "SKIPPED", request: request, requestedAt: requestedAt)
+        }
         var options = APNsSendOptions()
         var credentialRefusal: String?
         switch credentials?.choose(bundleID: notification.bundleID, environment: environment) {
@@ -126,7 +140,7 @@ extension SendRequestProcessor {
         try await feedback.publish(serialized: event, key: request.requestID, traceParent: request.traceParent)
         let completion = RequestCompletion(
             requestID: request.requestID, requestedAtMs: requestedAt, counts: RequestCompletion.counts([outcome: 1]),
-            status: .final(cancelRequested: false), lane: .transactional, traceParent: request.traceParent)
+            status: .final(cancelRequested: cancellations.contains(request.requestID)), lane: .transactional, traceParent: request.traceParent)
         try await complete(completion, acks: Acknowledgements())
         return .finished
     }
