@@ -1,6 +1,7 @@
 import APNs
 import PushDomain
 import PushMessages
+import ServiceCore
 import Testing
 
 @testable import DispatcherCore
@@ -111,5 +112,26 @@ import Testing
             #expect(throws: SendRequestDecoder.Rejection.self) { try SendRequestDecoder.check(bad) }
             do { try SendRequestDecoder.check(bad) } catch { #expect(error.description.hasPrefix(field), "\(error.description)") }
         }
+    }
+}
+
+/// The broadcast-channel hosts are settings (docs/live-activities.md "Where Apple is").
+@Suite struct BroadcastSettingsTests {
+    @Test func channelAndBroadcastURLsAreRead() throws {
+        let defaults = try DispatcherProgram.apnsClient(EnvironmentConfig([:]))
+        #expect(defaults.channelsProduction == .init(host: "api-manage-broadcast.push.apple.com", port: 2196))
+        #expect(defaults.channelsSandbox == .init(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195))
+        #expect(defaults.broadcastProduction == .init(host: "api-broadcast.push.apple.com", port: 443))
+        #expect(defaults.broadcastSandbox == .init(host: "api-broadcast.sandbox.push.apple.com", port: 443))
+        let set = try DispatcherProgram.apnsClient(EnvironmentConfig([
+            "PUSH_APNS_CHANNELS_URL_PRODUCTION": "https://127.0.0.1:2197", "PUSH_APNS_CHANNELS_URL_SANDBOX": "https://127.0.0.1:2198",
+            "PUSH_APNS_BROADCAST_URL_PRODUCTION": "https://api.push.apple.com", "PUSH_APNS_BROADCAST_URL_SANDBOX": "https://sim.local:9",
+        ]))
+        #expect(set.channelsProduction == .init(host: "127.0.0.1", port: 2197) && set.channelsSandbox == .init(host: "127.0.0.1", port: 2198))
+        #expect(set.broadcastProduction == .init(host: "api.push.apple.com", port: 443) && set.broadcastSandbox == .init(host: "sim.local", port: 9))
+        #expect(set.production == defaults.production, "device pushes keep their own host")
+        let bad = EnvironmentConfig(["PUSH_APNS_BROADCAST_URL_SANDBOX": "http://x"], collectingErrors: true)
+        _ = try DispatcherProgram.apnsClient(bad)
+        #expect(bad.errors.map(\.variable) == ["PUSH_APNS_BROADCAST_URL_SANDBOX"])
     }
 }
