@@ -190,6 +190,40 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
+        /// A create that crashed (a `creating` row two minutes old, its channel made at Apple but never
+        /// recorded) is recovered by hygiene: the orphan is deleted at Apple, the channel created again,
+        /// the row active with the new id and CREATED published. A channel the app has at Apple beside an
+        /// active row is kept only when a row knows it.
+        @Test func hygieneRecoversACrashedCreate() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine { $0.channels.hygieneInterval = .milliseconds(200) }
+            do {
+                try await Self.produce(Self.command(.create, "kept"), in: world)
+                try await eventually("kept CREATED") { Self.events("kept", in: world).contains { $0.event.kind == .created } }
+                let kept = try #require(try await Self.row("kept", in: world)?.channelID)
+                // The crash: Apple made the channel, the process died before writing its id.
+                let orphan = try #require(try await engine.client.createChannel(
+                    bundleID: Self.bundleID, environment: .production, policy: .noMessageStored).channelID)
+                let old = SystemWallClock().nowMilliseconds() - 2 * ChannelLifecycle.crashedAfterMs
+                _ = try await world.pool.execute("""
+                    INSERT INTO channels (bundle_id, environment, name, state, storage_policy, created_at_ms, updated_at_ms)
+                    VALUES ($1, 'production', 'crashed', 'creating', 0, $2, $2)
+                    """, [.string(Self.bundleID), .int64(old)])
+                try await eventually("CREATED by the recovery", timeout: .seconds(20)) {
+                    Self.events("crashed", in: world).contains { $0.event.kind == .created }
+                }
+                let recovered = try #require(try await Self.row("crashed", in: world))
+                #expect(recovered.state == .active && recovered.channelID != nil && recovered.channelID != orphan)
+                #expect(Set(try await Self.atApple(engine)) == [kept, recovered.channelID ?? ""])
+            } catch {
+                try? await engine.stop()
+                await world.close()
+                throw error
+            }
+            try await engine.stop()
+            await world.close()
+        }
+
         /// A bad command is dead-lettered naming the field, and the partition goes on.
         @Test func aBadCommandIsDeadLettered() async throws {
             let world = try await EngineWorld()
