@@ -108,6 +108,10 @@ public final class ChannelCommandHandler: Sendable {
                 bundleID: row.bundleID, environment: Self.apnsEnvironment(row), policy: policy, options: options) }
         }
         let outcome = ChannelLifecycle.afterCreate(answer)
+        guard outcome.kind != .unspecified else {
+            logger.warning("channel create got no answer from Apple: hygiene recovers it", ["key": row.key, "error": outcome.error])
+            return
+        }
         let nowMs = clock.nowMilliseconds()
         let deleteAt: Int64?? = outcome.state == .active ? .some(row.deleteAfterMs > 0 ? nowMs + row.deleteAfterMs : nil) : nil
         guard let written = try await store.transition(
