@@ -37,22 +37,75 @@ enum ChannelCommands {
         return command
     }
 
-    /// `pushctl channel create|delete`.
+    /// `pushctl channel create|delete`; with `--wait`, follows the feedback topic (joined before
+    /// producing) for the command's `ChannelEvent` and prints it.
+    /// - Throws: `PushCtlError` (`.failed`) for a FAILED event, (`.unavailable`) when none came within
+    ///   `--timeout`; Kafka errors.
     static func produce(_ action: ChannelCommand.Action, _ arguments: CommandLineArguments, _ settings: PushCtlSettings) async throws {
         let command = try command(action, arguments, nowMs: Int64(Date().timeIntervalSince1970 * 1000))
-        try await KafkaTools.requireTopics([settings.sendRequestsTopic], arguments, settings)
+        let wait = arguments.flag("wait")
+        let timeout = try arguments.seconds("timeout", default: .seconds(120))
+        try await KafkaTools.requireTopics(wait ? [settings.sendRequestsTopic, settings.feedbackTopic] : [settings.sendRequestsTopic], arguments, settings)
+        if wait { PushCtl.printError("joining the feedback topic \(settings.feedbackTopic) before sending…") }
+        let reader = wait ? try await KafkaTools.reader(topic: settings.feedbackTopic, fromBeginning: false, arguments, settings) : nil
         let producer = try KafkaTools.producer(arguments, settings)
+        let verb = action == .create ? "create" : "delete"
         do {
             let report = try await producer.send(
                 topic: settings.sendRequestsTopic, key: command.recordKey, value: command.serializedBytes(),
                 headers: [KafkaHeader(name: "content-type", value: "application/x-protobuf; message=\(ChannelCommand.protoMessageName)")])
             await producer.shutdown()
-            print("\(action == .create ? "create" : "delete") of channel \(command.recordKey) sent (\(report.topic)[\(report.partition)]@\(report.offset)); "
-                + "its ChannelEvent comes on \(settings.feedbackTopic); pushctl channel list \(command.bundleID) \(command.name) shows the row")
+            let sent = "\(verb) of channel \(command.recordKey) sent (\(report.topic)[\(report.partition)]@\(report.offset))"
+            guard reader != nil else {
+                print(sent + "; its ChannelEvent comes on \(settings.feedbackTopic); pushctl channel list \(command.bundleID) \(command.name) shows the row")
+                return
+            }
+            PushCtl.printError(sent + "; waiting for its ChannelEvent…")
         } catch {
             await producer.shutdown(timeout: .zero)
+            if let reader { await reader.close() }
             throw error
         }
+        guard let reader else { return }
+        let event: ChannelEvent?
+        do {
+            event = try await waitForEvent(of: command, reader: reader, deadline: ContinuousClock.now + timeout)
+        } catch {
+            await reader.close()
+            throw error
+        }
+        await reader.close()
+        guard let event else { throw PushCtlError(.unavailable, "no ChannelEvent for \(command.recordKey) within \(timeout)") }
+        print(describe(event))
+        if event.kind == .failed { throw PushCtlError(.failed, "the \(verb) of \(command.recordKey) failed") }
+    }
+
+    /// The first `ChannelEvent` of `command`'s channel on `reader`, or nil when `deadline` passes.
+    static func waitForEvent(of command: ChannelCommand, reader: KafkaConsumer, deadline: ContinuousClock.Instant) async throws -> ChannelEvent? {
+        while ContinuousClock.now < deadline {
+            guard let batch = try await SendCommand.withDeadline(deadline, { await reader.nextMessages(maxCount: 1000) }), !batch.isEmpty else { return nil }
+            for message in batch {
+                guard let feedback = try? FeedbackEvent(protobufBytes: message.value), case .channelEvent(let event)? = feedback.event,
+                      event.bundleID == command.bundleID, event.environment == command.environment, event.name == command.name
+                else { continue }
+                return event
+            }
+        }
+        return nil
+    }
+
+    /// One line for an event: its kind, the key, Apple's id, and the reasons of a FAILED one.
+    static func describe(_ event: ChannelEvent) -> String {
+        let key = ChannelCommand.recordKey(bundleID: event.bundleID, environment: event.environment, name: event.name)
+        var parts = ["\(event.kind.protoName ?? "\(event.kind)") \(key)"]
+        if !event.channelID.isEmpty { parts.append("channel_id=\(event.channelID)") }
+        if event.deleteAtMs > 0 { parts.append("delete_at_ms=\(event.deleteAtMs)") }
+        if event.kind == .failed {
+            parts.append("outcome_reason=\(event.outcomeReason.protoName ?? "\(event.outcomeReason)")")
+            if !event.apnsReason.isEmpty { parts.append("apns_reason=\(event.apnsReason)") }
+            if !event.error.isEmpty { parts.append("error=\(event.error)") }
+        }
+        return parts.joined(separator: " ")
     }
 
     /// `pushctl channel list BUNDLE_ID [NAME]`: the dispatcher admin port's JSON, or one line per channel.

@@ -197,6 +197,8 @@ public struct PushCtlCommand: Sendable {
                 .value("environment", "ENV", "production (default) or sandbox"),
                 .value("policy", "POLICY", "Apple's message-storage policy: none (default) or most-recent"),
                 .value("delete-after", "SECONDS", "the dispatcher deletes the channel this long after it was created (default: never)"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
             ] + kafka,
             details: """
                 NAME is yours: 1 to 128 letters, digits and "._-:", unique per app and environment. The
@@ -207,7 +209,11 @@ public struct PushCtlCommand: Sendable {
         PushCtlCommand(
             path: ["channel", "delete"], arguments: "BUNDLE_ID NAME",
             summary: "delete a broadcast channel at Apple (produces a ChannelCommand); final",
-            options: [.value("environment", "ENV", "production (default) or sandbox")] + kafka,
+            options: [
+                .value("environment", "ENV", "production (default) or sandbox"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
+            ] + kafka,
             details: "A deleted channel's name cannot be created again. The ChannelEvent DELETED comes on $PUSH_TOPIC_FEEDBACK."),
         PushCtlCommand(
             path: ["channel", "list"], arguments: "BUNDLE_ID [NAME]",
