@@ -194,6 +194,43 @@ public struct PushCtlCommand: Sendable {
                 that completed or was never seen changes nothing. pushctl status REQUEST_ID shows the result.
                 """),
         PushCtlCommand(
+            path: ["channel", "create"], arguments: "BUNDLE_ID NAME",
+            summary: "create a Live Activity broadcast channel (produces a ChannelCommand keyed BUNDLE_ID/ENV/NAME)",
+            options: [
+                .value("environment", "ENV", "production (default) or sandbox"),
+                .value("policy", "POLICY", "Apple's message-storage policy: none (default) or most-recent"),
+                .value("delete-after", "SECONDS", "the dispatcher deletes the channel this long after it was created (default: never)"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
+            ] + kafka,
+            details: """
+                NAME is yours: 1 to 128 letters, digits and "._-:", unique per app and environment. The
+                dispatcher creates the channel at Apple within PUSH_CHANNEL_LIMIT and publishes a ChannelEvent
+                (CREATED with Apple's channel id, or FAILED with the reason) on $PUSH_TOPIC_FEEDBACK; the same
+                command again gives the same channel. pushctl channel list shows the row.
+                """),
+        PushCtlCommand(
+            path: ["channel", "delete"], arguments: "BUNDLE_ID NAME",
+            summary: "delete a broadcast channel at Apple (produces a ChannelCommand); final",
+            options: [
+                .value("environment", "ENV", "production (default) or sandbox"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
+            ] + kafka,
+            details: "A deleted channel's name cannot be created again. The ChannelEvent DELETED comes on $PUSH_TOPIC_FEEDBACK."),
+        PushCtlCommand(
+            path: ["channel", "list"], arguments: "BUNDLE_ID [NAME]",
+            summary: "list an app's broadcast channels (or one by name) from the dispatcher's admin port",
+            options: [
+                .value("dispatcher", "URL", "dispatcher admin port (default $PUSH_DISPATCHER_ADMIN_URL or http://127.0.0.1:9102)"),
+                .flag("json", "print the endpoint's JSON"), envFile,
+            ],
+            details: """
+                GET /v1/channels/BUNDLE_ID[/NAME] on the dispatcher's admin port: one line per channel (name,
+                environment, state, Apple's id, policy, delete_at_ms); at most the first 1,000 in name order.
+                Exit 5 when no channel has NAME.
+                """),
+        PushCtlCommand(
             path: ["follow"], arguments: "",
             summary: "print feedback events (delivery reports, campaign progress, invalidated tokens, completed requests) as they come",
             options: [

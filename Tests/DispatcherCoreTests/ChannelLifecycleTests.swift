@@ -82,7 +82,10 @@ import Testing
         #expect(disabled.state == .failed && disabled.outcomeReason == .unspecified && disabled.apnsReason == "FeatureNotEnabled")
         let noCredential = ChannelLifecycle.afterCreate(.failed(.noCredential, error: "no key"))
         #expect(noCredential.state == .failed && noCredential.outcomeReason == .noCredential && noCredential.httpStatus == 0)
-        // A 201 without Apple's id cannot be used.
+        // No answer: Apple may have the channel; the row stays creating for the recovery, nothing published.
+        let lost = ChannelLifecycle.afterCreate(.failed(.connectionError, error: "reset"))
+        #expect(lost.state == .creating && lost.kind == .unspecified)
+                // A 201 without Apple's id cannot be used.
         #expect(ChannelLifecycle.afterCreate(.success(channelID: nil)).state == .failed)
     }
 

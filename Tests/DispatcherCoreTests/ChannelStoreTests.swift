@@ -110,4 +110,27 @@ struct ChannelStoreTests {
         }
         #expect(again.state == .creating && again.updatedAtMs == 400)
     }
+
+    /// `GET /v1/channels/<bundle id>[/<name>]` over the store: the row as JSON, 404 naming the unknown
+    /// name, 400 naming the bad part, 503 without a database.
+    @Test func theAdminEndpoint() async throws {
+        let (store, pool) = try await Self.store()
+        defer { Task { await pool.close() } }
+        guard case .reserved(let row) = try await store.reserve(Self.create("match-9"), limit: 10, nowMs: 100) else { return }
+        try await store.transition(row, from: [.creating], to: .active, channelID: "Y2g=", deleteAtMs: .some(9_000), nowMs: 200)
+        let lookup = ChannelStatusEndpoint.Lookup(store: store)
+        let one = await ChannelStatusEndpoint.answer(path: "com.example.scores/match-9", lookup: lookup)
+        #expect(one.status == 200)
+        #expect(one.body == #"{"channels":[{"bundle_id":"com.example.scores","name":"match-9","environment":"production","channel_id":"Y2g=","state":"active","message_storage_policy":"NO_MESSAGE_STORED","created_at_ms":100,"updated_at_ms":200,"delete_at_ms":9000}]}"#)
+        let list = await ChannelStatusEndpoint.answer(path: "com.example.scores", lookup: lookup)
+        #expect(list.status == 200 && list.body == one.body)
+        let unknown = await ChannelStatusEndpoint.answer(path: "com.example.scores/nope", lookup: lookup)
+        #expect(unknown.status == 404 && unknown.body.contains(#"no channel \"nope\" of com.example.scores"#))
+        let badName = await ChannelStatusEndpoint.answer(path: "com.example.scores/a b", lookup: lookup)
+        #expect(badName.status == 400 && badName.body.contains("name:"))
+        let badApp = await ChannelStatusEndpoint.answer(path: "com_example/x", lookup: lookup)
+        #expect(badApp.status == 400 && badApp.body.contains("bundle id:"))
+        #expect(await ChannelStatusEndpoint.answer(path: "a/b/c", lookup: lookup).status == 400)
+        #expect(await ChannelStatusEndpoint.answer(path: "com.example.scores", lookup: nil).status == 503)
+    }
 }

@@ -36,7 +36,8 @@ final class EngineWorld: Sendable {
 
     /// - Parameter partitions: partitions of the send-request topic (the other topics have one).
     /// - Parameter trustedKeys: keys the simulator trusts besides `EngineCredentials`' own.
-    init(partitions: Int = 1, trustedKeys: [APNsSimulator.TrustedKey] = []) async throws {
+    /// - Parameter channelLimit: the simulator's broadcast channels per app and environment (Apple's 10,000).
+    init(partitions: Int = 1, trustedKeys: [APNsSimulator.TrustedKey] = [], channelLimit: Int = 10_000) async throws {
         ProcessSignals.ignoreSIGPIPE()
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 6))
         try await pool.start()
@@ -60,6 +61,7 @@ final class EngineWorld: Sendable {
                 keyID: EngineCredentials.keyID, teamID: EngineCredentials.teamID, publicKeyPEM: try credentials.text("key.pub.pem"))]
                 + trustedKeys)
         simulator.eventLoopCount = 1
+        simulator.channelLimit = channelLimit
         simulator.adminPort = nil
         self.simulator = try APNsSimulator.start(configuration: simulator)
         feedback = try FeedbackCollector(cluster: cluster, topic: topics.feedback)
@@ -89,11 +91,11 @@ final class EngineWorld: Sendable {
         var apns = APNsClient.Configuration()
         apns.production = .init(host: "127.0.0.1", port: simulator.productionPort)
         apns.sandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
-        // The simulator serves the broadcast-channel APIs on the same listeners.
-        apns.channelsProduction = apns.production
-        apns.channelsSandbox = apns.sandbox
-        apns.broadcastProduction = apns.production
-        apns.broadcastSandbox = apns.sandbox
+        // The simulator serves the channel-management and broadcast APIs on the same listeners.
+        apns.channelsProduction = .init(host: "127.0.0.1", port: simulator.productionPort)
+        apns.channelsSandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
+        apns.broadcastProduction = .init(host: "127.0.0.1", port: simulator.productionPort)
+        apns.broadcastSandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
         apns.caFile = credentials.path("server-cert.pem")
         apns.connectionsPerPool = 1
         apns.connectStagger = .milliseconds(10)

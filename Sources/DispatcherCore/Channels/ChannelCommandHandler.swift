@@ -102,11 +102,16 @@ public final class ChannelCommandHandler: Sendable {
         switch chooseCredentials(row) {
         case .failure(let refused):
             answer = refused.answer
-        case .success(let credentials):
+        case .success(let options):
+            let policy = APNsMessageStoragePolicy(rawValue: row.storagePolicy.appleValue) ?? .noMessageStored
             answer = try await call { try await $0.createChannel(
-                bundleID: row.bundleID, environment: Self.apnsEnvironment(row), storagePolicy: row.storagePolicy.appleValue, credentials: credentials) }
+                bundleID: row.bundleID, environment: Self.apnsEnvironment(row), policy: policy, options: options) }
         }
         let outcome = ChannelLifecycle.afterCreate(answer)
+        guard outcome.kind != .unspecified else {
+            logger.warning("channel create got no answer from Apple: hygiene recovers it", ["key": row.key, "error": outcome.error])
+            return
+        }
         let nowMs = clock.nowMilliseconds()
         let deleteAt: Int64?? = outcome.state == .active ? .some(row.deleteAfterMs > 0 ? nowMs + row.deleteAfterMs : nil) : nil
         guard let written = try await store.transition(
@@ -133,9 +138,9 @@ public final class ChannelCommandHandler: Sendable {
         switch chooseCredentials(row) {
         case .failure(let refused):
             answer = refused.answer
-        case .success(let credentials):
+        case .success(let options):
             answer = try await call { try await $0.deleteChannel(
-                bundleID: row.bundleID, environment: Self.apnsEnvironment(row), channelID: channelID, credentials: credentials) }
+                bundleID: row.bundleID, environment: Self.apnsEnvironment(row), channelID: channelID, options: options) }
         }
         let outcome = ChannelLifecycle.afterDelete(answer)
         let nowMs = clock.nowMilliseconds()
@@ -162,10 +167,10 @@ public final class ChannelCommandHandler: Sendable {
         let nowMs = clock.nowMilliseconds()
         let stale = rows.filter { ChannelLifecycle.hygiene($0, nowMs: nowMs) == .recover }
         guard let first = stale.first else { return 0 }
-        guard case .success(let credentials) = chooseCredentials(first), let apple else { return nil }
-        let listed: ChannelManagementAnswer
+        guard case .success(let options) = chooseCredentials(first), let apple else { return nil }
+        let listed: APNsChannelAnswer
         do {
-            listed = try await apple.listChannels(bundleID: bundleID, environment: Self.apnsEnvironment(first), credentials: credentials)
+            listed = try await apple.listChannels(bundleID: bundleID, environment: Self.apnsEnvironment(first), options: options)
         } catch let error as CancellationError {
             throw error
         } catch {
@@ -173,12 +178,12 @@ public final class ChannelCommandHandler: Sendable {
             return nil
         }
         guard listed.isSuccess, let orphans = ChannelLifecycle.orphans(atApple: listed.channelIDs, rows: rows, nowMs: nowMs) else {
-            logger.info("channel recovery waits", ["bundle_id": bundleID, "status": "\(listed.status)", "reason": listed.reason ?? ""])
+            logger.info("channel recovery waits", ["bundle_id": bundleID, "status": "\(listed.status)", "reason": listed.reason?.rawValue ?? ""])
             return nil
         }
         for orphan in orphans {
             let answer = try await call { try await $0.deleteChannel(
-                bundleID: bundleID, environment: Self.apnsEnvironment(first), channelID: orphan, credentials: credentials) }
+                bundleID: bundleID, environment: Self.apnsEnvironment(first), channelID: orphan, options: options) }
             logger.info("orphan channel deleted at Apple", ["bundle_id": bundleID, "channel_id": orphan, "answer": "\(answer)"])
         }
         for row in stale {
@@ -198,15 +203,18 @@ public final class ChannelCommandHandler: Sendable {
 
     // MARK: Helpers
 
-    /// The credential for the row's app and environment, or the refusal as an answer
-    /// (`OUTCOME_REASON_NO_CREDENTIAL`, no Apple request).
-    private func chooseCredentials(_ row: ChannelRow) -> Result<APNsCredentials?, RefusedAnswer> {
-        guard let credentials else { return .success(nil) }
+    /// The request options with the credential for the row's app and environment (and the key before
+    /// it as the fallback), or the refusal as an answer (`OUTCOME_REASON_NO_CREDENTIAL`, no Apple request).
+    private func chooseCredentials(_ row: ChannelRow) -> Result<APNsSendOptions, RefusedAnswer> {
+        var options = APNsSendOptions()
+        guard let credentials else { return .success(options) }
         switch credentials.choose(bundleID: row.bundleID, environment: Self.apnsEnvironment(row)) {
         case .refused(let reason):
             return .failure(RefusedAnswer(answer: .failed(.noCredential, error: "no APNs credential for \(row.bundleID): \(reason)")))
-        case .send(let chosen, _):
-            return .success(chosen)
+        case .send(let chosen, let fallback):
+            options.credentials = chosen
+            options.fallbackCredentials = fallback
+            return .success(options)
         }
     }
 
@@ -216,7 +224,7 @@ public final class ChannelCommandHandler: Sendable {
 
     /// One Apple request; a thrown error becomes the dispatcher's reason (as for notifications).
     /// - Throws: `CancellationError` only (stopped while asking: not an outcome).
-    private func call(_ request: (any ChannelManagement) async throws -> ChannelManagementAnswer) async throws -> ChannelLifecycle.AppleAnswer {
+    private func call(_ request: (any ChannelManagement) async throws -> APNsChannelAnswer) async throws -> ChannelLifecycle.AppleAnswer {
         guard let apple else { return .failed(.connectionError, error: "no channel-management client is configured") }
         do {
             return try await request(apple).lifecycleAnswer

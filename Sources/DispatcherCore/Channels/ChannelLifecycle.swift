@@ -84,7 +84,7 @@ public enum ChannelLifecycle {
         public var state: ChannelState
         /// Apple's id to store (a created channel); nil keeps the row's.
         public var channelID: String?
-        /// The event's kind.
+        /// The event's kind; `UNSPECIFIED`: publish nothing.
         public var kind: ChannelEvent.Kind
         /// FAILED: the dispatcher's reason.
         public var outcomeReason: OutcomeReason = .unspecified
@@ -99,6 +99,8 @@ public enum ChannelLifecycle {
     /// The outcome of Apple's answer to a create request. `CannotCreateChannelConfig` (Apple's own
     /// channel limit; channels can exist outside the platform) is `OUTCOME_REASON_CHANNEL_LIMIT`
     /// like the local quota; any other refusal keeps Apple's reason with `OUTCOME_REASON_UNSPECIFIED`.
+    /// No answer at all (a lost connection, a timeout) keeps the row `creating` with kind
+    /// `UNSPECIFIED`: nothing is published, the recovery settles it.
     public static func afterCreate(_ answer: AppleAnswer) -> Outcome {
         switch answer {
         case .success(let id?) where !id.isEmpty:
@@ -110,8 +112,12 @@ public enum ChannelLifecycle {
             let limit = reason == "CannotCreateChannelConfig"
             return Outcome(state: .failed, kind: .failed, outcomeReason: limit ? .channelLimit : .unspecified,
                            apnsReason: reason, httpStatus: status, error: "Apple refused the create: \(status) \(reason)")
+        case .failed(.noCredential, let error):
+            return Outcome(state: .failed, kind: .failed, outcomeReason: .noCredential, error: error)
         case .failed(let reason, let error):
-            return Outcome(state: .failed, kind: .failed, outcomeReason: reason, error: error)
+            // No answer: Apple may have made the channel. The row stays `creating` and nothing is
+            // published; hygiene's recovery (after `crashedAfterMs`) deletes an orphan and asks again.
+            return Outcome(state: .creating, kind: .unspecified, outcomeReason: reason, error: error)
         }
     }
 
