@@ -142,6 +142,33 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
+        /// The flow on one engine: a CREATE command → CREATED with Apple's id → a broadcast to it
+        /// accepted once with the channel's subscribers as fan-out → a DELETE command → DELETED → a
+        /// broadcast to it REJECTED OUTCOME_REASON_CHANNEL_NOT_REGISTERED without an Apple request.
+        @Test func createBroadcastDeleteBroadcast() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine()
+            typealias Channels = ChannelEngineTests
+            try await Channels.produce(Channels.command(.create, "flow-1", policy: .noMessageStored), in: world)
+            try await eventually("CREATED") { Channels.events("flow-1", in: world).contains { $0.event.kind == .created } }
+            let id = try #require(Channels.events("flow-1", in: world).first { $0.event.kind == .created }?.event.channelID)
+            try world.simulator.setChannelSubscribers(40, channelID: id)
+            try await world.broadcast("flow-bc-1", to: id)
+            try await eventually("the first broadcast completed") { world.feedback.completions("flow-bc-1").count == 1 }
+            let delivered = try #require(world.feedback.broadcastReports("flow-bc-1").first?.report)
+            #expect(delivered.outcome == .delivered && delivered.channelName == "flow-1" && !delivered.apnsUniqueID.isEmpty)
+            #expect(world.simulator.counters()["broadcast_reached"] == 40)
+            try await Channels.produce(Channels.command(.delete, "flow-1"), in: world)
+            try await eventually("DELETED") { Channels.events("flow-1", in: world).contains { $0.event.kind == .deleted } }
+            try await world.broadcast("flow-bc-2", to: id)
+            try await eventually("the second broadcast completed") { world.feedback.completions("flow-bc-2").count == 1 }
+            let refused = try #require(world.feedback.broadcastReports("flow-bc-2").first?.report)
+            #expect(refused.outcome == .rejected && refused.outcomeReason == .channelNotRegistered && refused.httpStatus == 0)
+            #expect(Self.broadcastsReceived(world) == 1)
+            try await engine.stop()
+            await world.close()
+        }
+
         /// A broadcast whose cancel arrived first (same key, same partition): SKIPPED
         /// OUTCOME_REASON_CANCELLED, the request CANCELLED, no Apple request.
         @Test func aCancelledBroadcastIsSkipped() async throws {
