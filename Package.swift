@@ -130,6 +130,6 @@ if hasTests {
         // docs/modules.md's import graph against Sources/ and this manifest, and the guard rails on the
         // dispatcher's and ServiceCore's sources (file and function lengths, no unstructured task); reads files only.
         .testTarget(name: "ModuleGraphTests"),
-        .testTarget(name: "PushCtlCoreTests", dependencies: ["APNsKeyRegistry", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
+        .testTarget(name: "PushCtlCoreTests", dependencies: ["AdminHTTP", "APNsKeyRegistry", "DispatcherStatus", "PushCtlCore", "PushMessages", "ServiceCore"]),
     ]
 }

@@ -28,6 +28,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
             case deliveryFailed
             case retryHorizonExceeded
             case shutDown
+            case unconfirmed
         }
 
         private let value: Value
@@ -78,6 +79,10 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
         public static let retryHorizonExceeded = Code(.retryHorizonExceeded)
         /// The client was shut down.
         public static let shutDown = Code(.shutDown)
+        /// A request that must not be repeated (a broadcast, a channel create) was sent and no answer
+        /// came (timeout, lost connection): Apple may or may not have carried it out, and the client
+        /// did not send it again. `attempts` is 1.
+        public static let unconfirmed = Code(.unconfirmed)
 
         /// The code's name, e.g. `invalidDeviceToken`.
         public var description: String { value.rawValue }

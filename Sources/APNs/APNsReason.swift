@@ -72,6 +72,21 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
     case serviceUnavailable
     /// 503: the server is shutting down.
     case shutdown
+    /// 400 (channel management, broadcast): no `apns-channel-id` header.
+    case missingChannelId
+    /// 400 (channel management, broadcast): the `apns-channel-id` is not a channel id (not base64).
+    case badChannelId
+    /// 400 (channel management, broadcast): the channel does not exist for this app in this
+    /// environment (never created, or deleted).
+    case channelNotRegistered
+    /// 400 (channel management, broadcast): broadcast is not enabled for the app.
+    case featureNotEnabled
+    /// 400 (channel management): the app has as many channels as Apple allows (10,000 per environment).
+    case cannotCreateChannelConfig
+    /// 400 (channel management): the body is not a valid channel configuration.
+    case badRequestPayload
+    /// 400 (broadcast): no `apns-push-type` header.
+    case missingPushType
     /// A reason string this code does not know.
     case unknown(String)
 
@@ -89,8 +104,16 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
     /// Reasons APNs is reported to send that Apple's table spells otherwise: `BadEnvironmentKeyInToken`.
     public static let fieldSpellings: [APNsReason] = [.badEnvironmentKeyInToken]
 
+    /// The reasons only the broadcast-channel APIs answer (channel management and broadcast,
+    /// docs/apns-protocol.md §8; Apple's "Handling error responses from APNs"). They use the device
+    /// push reasons too.
+    public static let channelReasons: [APNsReason] = [
+        .missingChannelId, .badChannelId, .channelNotRegistered, .featureNotEnabled, .cannotCreateChannelConfig,
+        .badRequestPayload, .missingPushType,
+    ]
+
     private static let byName: [String: APNsReason] = Dictionary(
-        uniqueKeysWithValues: (documented + fieldSpellings).map { ($0.rawValue, $0) })
+        uniqueKeysWithValues: (documented + fieldSpellings + channelReasons).map { ($0.rawValue, $0) })
 
     /// 403 `BadEnvironmentKeyIdInToken` in either spelling: the key is restricted to the other environment.
     public var isWrongEnvironmentKey: Bool { self == .badEnvironmentKeyIdInToken || self == .badEnvironmentKeyInToken }
@@ -136,6 +159,13 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
         case .internalServerError: "InternalServerError"
         case .serviceUnavailable: "ServiceUnavailable"
         case .shutdown: "Shutdown"
+        case .missingChannelId: "MissingChannelId"
+        case .badChannelId: "BadChannelId"
+        case .channelNotRegistered: "ChannelNotRegistered"
+        case .featureNotEnabled: "FeatureNotEnabled"
+        case .cannotCreateChannelConfig: "CannotCreateChannelConfig"
+        case .badRequestPayload: "BadRequestPayload"
+        case .missingPushType: "MissingPushType"
         case .unknown(let text): text
         }
     }
@@ -145,7 +175,8 @@ public enum APNsReason: Hashable, Sendable, RawRepresentable, CustomStringConver
         switch self {
         case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
              .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
-             .missingTopic, .payloadEmpty, .topicDisallowed:
+             .missingTopic, .payloadEmpty, .topicDisallowed, .missingChannelId, .badChannelId, .channelNotRegistered,
+             .featureNotEnabled, .cannotCreateChannelConfig, .badRequestPayload, .missingPushType:
             400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
              .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken,

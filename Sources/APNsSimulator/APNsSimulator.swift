@@ -201,6 +201,17 @@ public final class APNsSimulator: Sendable {
     @discardableResult
     public func releaseHeld(token: String? = nil) -> Int { state.releaseHeld(token: token?.lowercased()) }
 
+    /// Sets how many devices one broadcast to `channelID` reaches (the admin API's
+    /// `PUT /admin/channels/subscribers`, for tests in-process).
+    /// - Throws: `APNsSimulatorError` `.invalidConfiguration` when no channel has the id or `count` < 0.
+    public func setChannelSubscribers(_ count: Int, channelID: String) throws(APNsSimulatorError) {
+        try state.setSubscribers(count, channelID: channelID)
+    }
+
+    /// Turns broadcast off (channel and broadcast requests get `FeatureNotEnabled`) or on for an app
+    /// (the admin API's `PUT /admin/broadcast`).
+    public func setBroadcastEnabled(_ enabled: Bool, bundleID: String) { state.setBroadcastEnabled(enabled, bundleID: bundleID) }
+
     /// Stops listening, sends GOAWAY and closes every connection after at most `gracePeriod`.
     public func shutdown(gracePeriod: Duration = .seconds(1)) async {
         for server in servers { await server.shutdown(gracePeriod: gracePeriod) }

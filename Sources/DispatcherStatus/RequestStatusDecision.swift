@@ -6,7 +6,8 @@
 /// - Otherwise the request is immediate (sent while its Kafka record was held):
 ///   - a `request_completions` row → `completed` or `cancelled` (as its `RequestCompleted` said), with
 ///     the counts of its `send_log` rows; `cancel_requested` from the `cancellations` table;
-///   - else outcomes in `send_log`, a `pending_requests` row or parked notifications → `running`;
+///   - else outcomes in `send_log`, a `pending_requests` row, parked notifications or a broadcast's
+///     `PENDING` intent row → `running`;
 ///   - else nothing is known: nil ("not found"). An immediate request is never reported `accepted`
 ///     or `scheduled`: until the dispatcher handles its record, only Kafka holds it. Rows are deleted
 ///     after `PUSH_SEND_LOG_RETENTION_H` (immediate requests) and `PUSH_CAMPAIGN_RETENTION_DAYS`
@@ -44,7 +45,10 @@ public enum RequestStatusDecision {
         public init() {}
 
         /// Whether any table knows the request.
-        public var isEmpty: Bool { completion == nil && !pendingRequest && parked == 0 && counts.processed == 0 }
+        /// A broadcast of the request was sent and its outcome is not recorded yet (its `send_log`
+        /// intent row is `PENDING`, docs/live-activities.md): running, no outcome counted.
+        public var pendingBroadcast = false
+        public var isEmpty: Bool { completion == nil && !pendingRequest && !pendingBroadcast && parked == 0 && counts.processed == 0 }
     }
 
     /// The answer for `requestID`.

@@ -33,11 +33,12 @@ public enum RequestStatusReader {
                    EXISTS (SELECT 1 FROM pending_requests WHERE request_id = $1) AS pending_request,
                    (SELECT count(*) FROM pending_retries WHERE request_id = $1) AS parked,
                    EXISTS (SELECT 1 FROM cancellations WHERE request_id = $1) AS cancel_requested,
-                   count(*) AS processed,
+                   count(*) FILTER (WHERE outcome <> 'PENDING') AS processed,
+                   count(*) FILTER (WHERE outcome = 'PENDING') AS pending_broadcasts,
                    count(*) FILTER (WHERE outcome = 'DELIVERED') AS delivered,
                    count(*) FILTER (WHERE outcome = 'REJECTED') AS rejected,
                    count(*) FILTER (WHERE outcome = 'FAILED') AS failed,
-                   count(*) FILTER (WHERE outcome NOT IN ('DELIVERED', 'REJECTED', 'FAILED')) AS skipped
+                   count(*) FILTER (WHERE outcome NOT IN ('DELIVERED', 'REJECTED', 'FAILED', 'PENDING')) AS skipped
               FROM send_log WHERE request_id = $1
             """, [.string(requestID)], prepared: true)
         guard let row = rows.first else { return nil }
@@ -46,6 +47,7 @@ public enum RequestStatusReader {
         facts.completedAtMs = try row.int64("completed_at_ms") ?? 0
         facts.pendingRequest = try row.bool("pending_request") ?? false
         facts.parked = try row.int64("parked") ?? 0
+        facts.pendingBroadcast = (try row.int64("pending_broadcasts") ?? 0) > 0
         facts.cancelRequested = try row.bool("cancel_requested") ?? false
         facts.counts = try CampaignCounts(row: row)
         return RequestStatusDecision.report(requestID: requestID, campaign: nil, immediate: facts)

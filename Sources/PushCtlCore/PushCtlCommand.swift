@@ -147,14 +147,15 @@ public struct PushCtlCommand: Sendable {
             details: ""),
         PushCtlCommand(
             path: ["send"], arguments: "",
-            summary: "send a push to tokens, users or an app audience (produces a SendRequest)",
+            summary: "send a push to tokens, users, an app audience or a broadcast channel (produces a SendRequest)",
             options: [
                 .value("token", "HEX", "target device token", repeatable: true),
                 .value("user", "ID", "target user (every active token of theirs)", repeatable: true),
                 .value("app", "BUNDLE", "target every active token of an app (an app audience)"),
                 .value("app-environment", "ENV", "only this environment of --app: sandbox or production (default: both)"),
+                .value("channel", "CHANNEL_ID", "broadcast to a Live Activity channel (Apple's apns-channel-id): one request reaches every subscriber"),
                 .value("bundle", "ID", "the notification's bundle id (apns-topic; required)"),
-                .value("push-type", "TYPE", "alert, background, voip, … (default alert)"),
+                .value("push-type", "TYPE", "alert, background, voip, … (default alert; liveactivity with --channel)"),
                 .value("title", "TEXT", "alert title (builds {\"aps\":{\"alert\":{…}}})"),
                 .value("body", "TEXT", "alert body"),
                 .value("payload", "JSON", "the payload, sent byte for byte"),
@@ -176,6 +177,8 @@ public struct PushCtlCommand: Sendable {
                 For --app and --user, the audience's size is read from PostgreSQL (PUSH_PG_URL) when it is
                 reachable and printed before sending; an empty audience is refused with exit status 6
                 unless --allow-empty. --app reaches both environments unless --app-environment is given.
+                --channel broadcasts once to every device subscribed to the channel (give --environment,
+                the channel's, and a payload with aps.timestamp); its outcome is one BroadcastReport.
                 With --wait, pushctl reads $PUSH_TOPIC_FEEDBACK: delivery reports move the progress bar
                 (whose total is the number of tokens, or for users their active tokens when PUSH_PG_URL is
                 reachable, or --expect), and the RequestCompleted ends the wait (exit 0 when every
@@ -189,6 +192,43 @@ public struct PushCtlCommand: Sendable {
                 Tokens not yet sent are settled SKIPPED (reason cancelled) and the RequestCompleted says
                 CANCELLED; notifications already handed to APNs cannot be called back. A cancel for a request
                 that completed or was never seen changes nothing. pushctl status REQUEST_ID shows the result.
+                """),
+        PushCtlCommand(
+            path: ["channel", "create"], arguments: "BUNDLE_ID NAME",
+            summary: "create a Live Activity broadcast channel (produces a ChannelCommand keyed BUNDLE_ID/ENV/NAME)",
+            options: [
+                .value("environment", "ENV", "production (default) or sandbox"),
+                .value("policy", "POLICY", "Apple's message-storage policy: none (default) or most-recent"),
+                .value("delete-after", "SECONDS", "the dispatcher deletes the channel this long after it was created (default: never)"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
+            ] + kafka,
+            details: """
+                NAME is yours: 1 to 128 letters, digits and "._-:", unique per app and environment. The
+                dispatcher creates the channel at Apple within PUSH_CHANNEL_LIMIT and publishes a ChannelEvent
+                (CREATED with Apple's channel id, or FAILED with the reason) on $PUSH_TOPIC_FEEDBACK; the same
+                command again gives the same channel. pushctl channel list shows the row.
+                """),
+        PushCtlCommand(
+            path: ["channel", "delete"], arguments: "BUNDLE_ID NAME",
+            summary: "delete a broadcast channel at Apple (produces a ChannelCommand); final",
+            options: [
+                .value("environment", "ENV", "production (default) or sandbox"),
+                .flag("wait", "wait for the ChannelEvent and print it (exit 1 when FAILED)"),
+                .value("timeout", "SECONDS", "how long --wait waits (default 120)"),
+            ] + kafka,
+            details: "A deleted channel's name cannot be created again. The ChannelEvent DELETED comes on $PUSH_TOPIC_FEEDBACK."),
+        PushCtlCommand(
+            path: ["channel", "list"], arguments: "BUNDLE_ID [NAME]",
+            summary: "list an app's broadcast channels (or one by name) from the dispatcher's admin port",
+            options: [
+                .value("dispatcher", "URL", "dispatcher admin port (default $PUSH_DISPATCHER_ADMIN_URL or http://127.0.0.1:9102)"),
+                .flag("json", "print the endpoint's JSON"), envFile,
+            ],
+            details: """
+                GET /v1/channels/BUNDLE_ID[/NAME] on the dispatcher's admin port: one line per channel (name,
+                environment, state, Apple's id, policy, delete_at_ms); at most the first 1,000 in name order.
+                Exit 5 when no channel has NAME.
                 """),
         PushCtlCommand(
             path: ["follow"], arguments: "",

@@ -128,6 +128,7 @@ enum SendCommand {
                 ?? request.notification?.environment.apnsEnvironment.map { "\($0.rawValue)" } ?? "both environments"
             return "app \(audience.bundleID.isEmpty ? bundle : audience.bundleID), \(environment)"
         case .userIDs(let users): return "\(Set(users.userIDs).count) user\(Set(users.userIDs).count == 1 ? "" : "s") of \(bundle)"
+        case .channelID(let channel): return "channel \(channel) of \(bundle)"
         default: return bundle
         }
     }
@@ -138,6 +139,7 @@ enum SendCommand {
         if let expected { return expected }
         switch request.target {
         case .deviceTokens(let tokens): return tokens.deviceTokens.count
+        case .channelID: return 1  // one BroadcastReport
         case .userIDs(let users):
             guard settings.env.string("PUSH_PG_URL") != nil else { return nil }
             let bundle = request.notification?.bundleID ?? ""
@@ -176,6 +178,13 @@ enum SendCommand {
                 case .deliveryReport(let report) where report.requestID == requestID:
                     reports += 1
                     counts[report.outcome, default: 0] += 1
+                case .broadcastReport(let report) where report.requestID == requestID:
+                    reports += 1
+                    counts[report.outcome, default: 0] += 1
+                    let apple = report.apnsReason.isEmpty ? "" : " \(report.apnsReason)"
+                    let reason = report.outcomeReason == .unspecified ? "" : " (\(report.outcomeReason.protoName ?? ""))"
+                    PushCtl.printError("broadcast to \(report.channelID): \(report.outcome.protoName ?? "")\(apple)\(reason)"
+                        + (report.apnsUniqueID.isEmpty ? "" : ", apns-unique-id \(report.apnsUniqueID)"))
                 case .requestCompleted(let completed) where completed.requestID == requestID:
                     // Reports of other partitions may still be on their way: the completion's counts are final.
                     reports = Int(completed.total)

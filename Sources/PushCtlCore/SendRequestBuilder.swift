@@ -17,10 +17,11 @@ public enum SendRequestBuilder {
         _ arguments: CommandLineArguments, now: Int64, readFile: (String) throws -> String = defaultReadFile
     ) throws(CommandLineArguments.UsageError) -> SendRequest {
         try arguments.expectPositionals(atMost: 0)
-        let tokens = arguments.list("token"), users = arguments.list("user"), app = arguments.value("app")
-        let kinds = [!tokens.isEmpty, !users.isEmpty, app != nil].filter { $0 }.count
+        let tokens = arguments.list("token"), users = arguments.list("user"), app = arguments.value("app"), channel = arguments.value("channel")
+        let kinds = [!tokens.isEmpty, !users.isEmpty, app != nil, channel != nil].filter { $0 }.count
         guard kinds == 1 else {
-            throw .init(kinds == 0 ? "a target is required: --token, --user or --app" : "give one kind of target: --token, --user or --app")
+            throw .init(kinds == 0 ? "a target is required: --token, --user, --app or --channel"
+                : "give one kind of target: --token, --user, --app or --channel")
         }
         var request = SendRequest()
         request.requestID = arguments.value("request-id") ?? UUID().uuidString.lowercased()
@@ -41,11 +42,15 @@ public enum SendRequestBuilder {
             // registration's default (sandbox) and a release build's (production) both belong to the app.
             target.environment = try arguments.choice("app-environment", default: .unspecified, ["sandbox": .sandbox, "production": .production])
             request.target = .audience(target)
+        } else if let channel {
+            // A Live Activity broadcast (docs/live-activities.md): Apple's apns-channel-id.
+            guard !channel.isEmpty else { throw .init("option --channel: expected Apple's channel id (base64), got an empty value") }
+            request.target = .channelID(channel)
         }
 
         var notification = Notification()
         notification.bundleID = try arguments.required("bundle")
-        let typeName = arguments.value("push-type") ?? "alert"
+        let typeName = arguments.value("push-type") ?? (channel != nil ? "liveactivity" : "alert")
         guard let pushType = PushType.allCases.first(where: { $0 != .unspecified && $0.protoName == "PUSH_TYPE_" + typeName.uppercased() }) else {
             let names = PushType.allCases.compactMap { $0.protoName }.filter { $0 != "PUSH_TYPE_UNSPECIFIED" }
                 .map { $0.dropFirst("PUSH_TYPE_".count).lowercased() }

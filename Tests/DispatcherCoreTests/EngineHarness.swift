@@ -36,7 +36,8 @@ final class EngineWorld: Sendable {
 
     /// - Parameter partitions: partitions of the send-request topic (the other topics have one).
     /// - Parameter trustedKeys: keys the simulator trusts besides `EngineCredentials`' own.
-    init(partitions: Int = 1, trustedKeys: [APNsSimulator.TrustedKey] = []) async throws {
+    /// - Parameter channelLimit: the simulator's broadcast channels per app and environment (Apple's 10,000).
+    init(partitions: Int = 1, trustedKeys: [APNsSimulator.TrustedKey] = [], channelLimit: Int = 10_000) async throws {
         ProcessSignals.ignoreSIGPIPE()
         pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 6))
         try await pool.start()
@@ -60,6 +61,7 @@ final class EngineWorld: Sendable {
                 keyID: EngineCredentials.keyID, teamID: EngineCredentials.teamID, publicKeyPEM: try credentials.text("key.pub.pem"))]
                 + trustedKeys)
         simulator.eventLoopCount = 1
+        simulator.channelLimit = channelLimit
         simulator.adminPort = nil
         self.simulator = try APNsSimulator.start(configuration: simulator)
         feedback = try FeedbackCollector(cluster: cluster, topic: topics.feedback)
@@ -89,6 +91,11 @@ final class EngineWorld: Sendable {
         var apns = APNsClient.Configuration()
         apns.production = .init(host: "127.0.0.1", port: simulator.productionPort)
         apns.sandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
+        // The simulator serves the channel-management and broadcast APIs on the same listeners.
+        apns.channelsProduction = .init(host: "127.0.0.1", port: simulator.productionPort)
+        apns.channelsSandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
+        apns.broadcastProduction = .init(host: "127.0.0.1", port: simulator.productionPort)
+        apns.broadcastSandbox = .init(host: "127.0.0.1", port: simulator.sandboxPort)
         apns.caFile = credentials.path("server-cert.pem")
         apns.connectionsPerPool = 1
         apns.connectStagger = .milliseconds(10)
@@ -134,6 +141,17 @@ final class EngineWorld: Sendable {
     @discardableResult
     func sendToAudience(_ requestID: String) async throws -> KafkaDeliveryReport {
         var request = SendRequest(requestID: requestID, target: .audience(AppAudience(bundleID: Self.bundleID)), notification: Self.alert(.unspecified))
+        request.createdAtMs = SystemWallClock().nowMilliseconds()
+        return try await produceRequest(request)
+    }
+
+    /// A broadcast to `channelID` (docs/live-activities.md) of a Live Activity update, production.
+    @discardableResult
+    func broadcast(_ requestID: String, to channelID: String, payload: String = #"{"aps":{"timestamp":1700000000,"event":"update"}}"#)
+        async throws -> KafkaDeliveryReport {
+        var request = SendRequest(
+            requestID: requestID, target: .channelID(channelID),
+            notification: PushMessages.Notification(bundleID: Self.bundleID, environment: .production, pushType: .liveactivity, payload: payload))
         request.createdAtMs = SystemWallClock().nowMilliseconds()
         return try await produceRequest(request)
     }
@@ -275,6 +293,14 @@ final class FeedbackCollector: Sendable {
     func completions(_ requestID: String) -> [RequestCompleted] {
         all.compactMap { event -> RequestCompleted? in
             if case .requestCompleted(let completed)? = event.event, completed.requestID == requestID { return completed }
+            return nil
+        }
+    }
+
+    /// Broadcast reports of `requestID`, in the order published.
+    func broadcastReports(_ requestID: String) -> [(eventID: String, report: BroadcastReport)] {
+        all.compactMap { event -> (String, BroadcastReport)? in
+            if case .broadcastReport(let report)? = event.event, report.requestID == requestID { return (event.eventID, report) }
             return nil
         }
     }

@@ -40,6 +40,18 @@ import Testing
         #expect(SendCommand.describe(sandbox) == "app com.x, sandbox")
     }
 
+    @Test func aChannelTargetIsABroadcastOfALiveActivityUpdate() throws {
+        let payload = #"{"aps":{"timestamp":1700000000,"event":"update"}}"#
+        let request = try build(["--channel", "dHmp9L2t0Bc=", "--bundle", "com.x", "--environment", "production", "--payload", payload])
+        guard case .channelID(let channel) = request.target else { Issue.record("not a channel"); return }
+        #expect(channel == "dHmp9L2t0Bc=" && request.notification?.pushType == .liveactivity)
+        #expect(request.notification?.payload == payload && request.notification?.environment == .production)
+        #expect(SendCommand.describe(request) == "channel dHmp9L2t0Bc= of com.x")
+        #expect(throws: CommandLineArguments.UsageError.self) {
+            try build(["--channel", "c", "--token", String(repeating: "ab", count: 32), "--bundle", "com.x", "--payload", payload])
+        }
+    }
+
     @Test func audienceCountUsesThePagesConditions() throws {
         var query = AudienceQuery(bundleID: "com.x", environment: .sandbox, tokenKind: "standard")
         query.locales = ["de_DE"]

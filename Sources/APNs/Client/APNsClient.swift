@@ -115,6 +115,18 @@ public final class APNsClient: Sendable {
         public var production = Endpoint(host: APNsEnvironment.production.host, port: 443)
         /// `api.sandbox.push.apple.com:443` unless overridden.
         public var sandbox = Endpoint(host: APNsEnvironment.sandbox.host, port: 443)
+        /// Channel management in production (docs/apns-protocol.md §8, `PUSH_APNS_CHANNELS_URL_PRODUCTION`):
+        /// `api-manage-broadcast.push.apple.com:2196` unless overridden.
+        public var channelsProduction = Endpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+        /// Channel management in development (`PUSH_APNS_CHANNELS_URL_SANDBOX`):
+        /// `api-manage-broadcast.sandbox.push.apple.com:2195` unless overridden.
+        public var channelsSandbox = Endpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
+        /// Broadcast sends in production (§8, `PUSH_APNS_BROADCAST_URL_PRODUCTION`):
+        /// `api-broadcast.push.apple.com:443` unless overridden (Apple's pages also name `api.push.apple.com`).
+        public var broadcastProduction = Endpoint(host: "api-broadcast.push.apple.com", port: 443)
+        /// Broadcast sends in development (`PUSH_APNS_BROADCAST_URL_SANDBOX`):
+        /// `api-broadcast.sandbox.push.apple.com:443` unless overridden.
+        public var broadcastSandbox = Endpoint(host: "api-broadcast.sandbox.push.apple.com", port: 443)
         /// PEM file of CA certificates to trust; nil uses the system trust store.
         public var caFile: String?
         /// How long one request may wait for its answer before its stream is reset and retried.
@@ -173,11 +185,21 @@ public final class APNsClient: Sendable {
         func endpoint(for environment: APNsEnvironment) -> Endpoint {
             environment == .production ? production : sandbox
         }
+
+        /// The endpoint of `service` in `environment`.
+        func endpoint(for environment: APNsEnvironment, service: APNsService) -> Endpoint {
+            switch service {
+            case .push: endpoint(for: environment)
+            case .channels: environment == .production ? channelsProduction : channelsSandbox
+            case .broadcast: environment == .production ? broadcastProduction : broadcastSandbox
+            }
+        }
     }
 
     private struct PoolKey: Hashable {
         let credentials: ObjectIdentifier
         let environment: APNsEnvironment
+        let service: APNsService
     }
 
     let configuration: Configuration
@@ -337,13 +359,18 @@ public final class APNsClient: Sendable {
 
     // MARK: Helpers
 
-    /// The pool of (`credentials`, `environment`), created on first use.
-    func pool(for credentials: APNsCredentials, environment: APNsEnvironment) -> APNsConnectionPool {
-        let key = PoolKey(credentials: credentials.identity, environment: environment)
+    /// The pool of (`credentials`, `environment`) for `service` (device pushes unless told),
+    /// created on first use. A channel-management or broadcast pool is another authority's and keeps
+    /// one connection (HTTP/2 multiplexes its few requests).
+    func pool(for credentials: APNsCredentials, environment: APNsEnvironment, service: APNsService = .push) -> APNsConnectionPool {
+        let key = PoolKey(credentials: credentials.identity, environment: environment, service: service)
         return pools.withLock { pools in
             if let existing = pools[key] { return existing }
+            var poolConfiguration = configuration
+            if service != .push { poolConfiguration.connectionsPerPool = 1 }
             let created = APNsConnectionPool(
-                environment: environment, credentials: credentials, configuration: configuration, metrics: metrics, logger: logger)
+                environment: environment, endpoint: configuration.endpoint(for: environment, service: service), service: service,
+                credentials: credentials, configuration: poolConfiguration, metrics: metrics, logger: logger)
             pools[key] = created
             return created
         }

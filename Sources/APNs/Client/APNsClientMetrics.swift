@@ -16,7 +16,10 @@ import Synchronization
 /// `push_apns_circuit_state{environment}` (0 closed, 1 half-open, 2 open),
 /// `push_apns_provider_token_faults_total{reason,key_id}` (`key_id` `certificate` for a certificate pool), `push_apns_device_gates` (entries of the per-device
 /// gate map), `push_apns_gated_device_tokens` (device tokens whose gate is closed or has someone in it)
-/// and `push_apns_key_fallbacks_total{key_id}` (sends that went to the fallback key, by the refused key).
+/// and `push_apns_key_fallbacks_total{key_id}` (sends that went to the fallback key, by the refused key),
+/// `push_apns_channel_requests_total{request,environment,status,reason}` (every channel-management and
+/// broadcast attempt: `request` create, read, delete, list or broadcast; `status` `none` and `reason`
+/// `no_answer` when the answer was lost).
 ///
 /// Snapshot names: `requests`, `attempts`, `retries`, `unprocessed_resends`, `timeouts`,
 /// `connection_errors`, `no_connection`, `connections_opened`, `connect_failures`, `dns_lookups`,
@@ -42,6 +45,7 @@ public final class APNsClientMetrics: Sendable {
     let deviceGates: Gauge
     let gatedDeviceTokens: Gauge
     let keyFallbacks: Counter
+    let channelRequests: Counter
 
     private final class HotCounters: Sendable {
         let requests = Atomic<Int>(0)
@@ -73,6 +77,9 @@ public final class APNsClientMetrics: Sendable {
         keyFallbacks = registry.counter(
             "push_apns_key_fallbacks_total", help: "Sends that went to the fallback key because APNs refused the key being rotated in",
             labelNames: ["key_id"])
+        channelRequests = registry.counter(
+            "push_apns_channel_requests_total", help: "APNs channel-management and broadcast attempts by answer (status none: no answer)",
+            labelNames: ["request", "environment", "status", "reason"])
         gatedDeviceTokens = registry.gauge(
             "push_apns_gated_device_tokens", help: "Device tokens whose notifications go one at a time behind a backoff (429 TooManyRequests, stream timeouts)")
     }

@@ -154,15 +154,19 @@ final class APNsConnectionPool: Sendable {
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
 
-    init(environment: APNsEnvironment, credentials: APNsCredentials, configuration: Configuration, metrics: APNsClientMetrics, logger: Logger) {
+    init(
+        environment: APNsEnvironment, endpoint: Configuration.Endpoint? = nil, service: APNsService = .push, credentials: APNsCredentials,
+        configuration: Configuration, metrics: APNsClientMetrics, logger: Logger
+    ) {
         self.environment = environment
         self.environmentLabels = [environment.rawValue]
-        self.endpoint = configuration.endpoint(for: environment)
-        self.authority = endpoint.authority
+        self.endpoint = endpoint ?? configuration.endpoint(for: environment)
+        self.authority = self.endpoint.authority
         self.credentials = credentials
         self.configuration = configuration
         self.metrics = metrics
-        self.logger = logger.with(["pool": "\(credentials.label)/\(environment)"])
+        let pool = service == .push ? "\(credentials.label)/\(environment)" : "\(credentials.label)/\(environment)/\(service)"
+        self.logger = logger.with(["pool": pool])
         self.state = Mutex(State(slots: Array(repeating: nil, count: max(1, configuration.connectionsPerPool))))
         var policy = configuration.circuitBreaker
         policy.minimumConnections = min(policy.minimumConnections, max(1, configuration.connectionsPerPool))

@@ -17,11 +17,22 @@ public protocol NotificationSender: Sendable {
     /// The last instant an attempt of `request`, first sent now, may start (from `apns-expiration`
     /// and the configured horizons); stored with a parked notification so a restart never extends it.
     func retryDeadline(for request: APNsRequest, now: Date?) -> Date
+
+    /// Broadcasts to a Live Activity channel, at most once (`APNsClient.broadcast`): Apple's refusal
+    /// is an answer; a lost answer throws `APNsError` `.unconfirmed`.
+    /// - Throws: `APNsError` when no answer came (`attempts` 0: it never reached Apple).
+    func broadcast(_ request: APNsBroadcastRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsChannelAnswer
 }
 
 extension NotificationSender {
     /// `retryDeadline(for:now:)` counted from now.
     func retryDeadline(for request: APNsRequest) -> Date { retryDeadline(for: request, now: nil) }
+
+    /// A sender without broadcasts: nothing is sent.
+    /// - Throws: `APNsError` `.invalidConfiguration`, `attempts` 0.
+    public func broadcast(_ request: APNsBroadcastRequest, environment: APNsEnvironment, options: APNsSendOptions) async throws -> APNsChannelAnswer {
+        throw APNsError(code: .invalidConfiguration, message: "this sender does not broadcast")
+    }
 }
 
 extension APNsClient: NotificationSender {}

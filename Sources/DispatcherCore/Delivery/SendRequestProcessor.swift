@@ -49,7 +49,7 @@ public final class SendRequestProcessor: Sendable {
     /// request id (recorded outcomes and parked tokens), whether a request already completed, active
     /// tokens by user, rows by token.
     private let progressLoader: Batcher<String, PendingRetryStore.RequestProgress>
-    private let completedLoader: Batcher<String, Bool>
+    let completedLoader: Batcher<String, Bool>
     /// Writes `request_completions` rows of requests finishing together in one statement.
     let completionRecorder: Batcher<CompletionRow, Void>
     /// Reports acknowledged in this process for requests not finished yet.
@@ -67,6 +67,8 @@ public final class SendRequestProcessor: Sendable {
     /// Class priority across this processor's sources (`ClassPriorityPolicy`, first in their chains):
     /// transactional notifications waiting for their budget go before bulk and campaign ones.
     let classPriority = ClassPriorityGate()
+    /// The `channels` table: the broadcast path's channel look-up (docs/live-activities.md).
+    let channelStore: ChannelStore
 
     /// The flush loops of this processor's batched statements (`send_log` writes and the look-ups):
     /// they must run while the processor is used, and stop (gracefully) after everything that uses it.
@@ -134,6 +136,7 @@ public final class SendRequestProcessor: Sendable {
             }
         }
         self.store = store
+        self.channelStore = ChannelStore(pool: store.pool)
         self.sender = sender
         self.feedback = feedback
         self.defaultEnvironment = defaultEnvironment
@@ -165,6 +168,9 @@ public final class SendRequestProcessor: Sendable {
     func process(_ request: SendRequest, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
                  shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
         guard let notification = request.notification, let target = request.target else { return .finished }
+        if case .channelID(let channelID) = target {
+            return try await processBroadcast(request, channelID: channelID, notification: notification, consumedAtMs: consumedAtMs)
+        }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
         let template = try NotificationTemplate(notification, requestID: request.requestID)

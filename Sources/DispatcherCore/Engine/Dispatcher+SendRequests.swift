@@ -13,6 +13,8 @@ extension Dispatcher {
     func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws -> RecordOutcome {
         var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
+        // A ChannelCommand record (docs/live-activities.md), in key order: applied, or dead-lettered.
+        if let outcome = try await handleChannelCommand(message, headerTrace: headerTrace) { return outcome }
         do {
             if message.oversizedValueBytes != nil { throw oversized(message) }
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
@@ -88,6 +90,42 @@ extension Dispatcher {
         metrics.deadLetters.increment(labels: [error.reason])
         guard let key = message.key, !key.isEmpty else { return }
         try await processor.publishRejected(requestID: String(decoding: key, as: UTF8.self), error: error.description, traceParent: trace.text)
+    }
+}
+
+// MARK: - Channel commands (docs/live-activities.md)
+
+extension Dispatcher {
+    /// Applies the `ChannelCommand` a record carries (`ChannelCommandHandler`), once its event was
+    /// acknowledged; a command refused for its content goes to the dead-letter topic naming the field
+    /// (no `RequestCompleted`: its key is not a request id).
+    /// - Returns: `.finished` for a `ChannelCommand` record; nil for any other record.
+    /// - Throws: transient infrastructure failures (`PostgresError`, `KafkaError`) and cancellation.
+    func handleChannelCommand(_ message: KafkaMessage, headerTrace: String?) async throws -> RecordOutcome? {
+        var command: ChannelCommand
+        do {
+            guard let decoded = try ChannelCommandDecoder.channelCommand(in: message, maxBytes: configuration.intake.maxSendRequestBytes) else {
+                return nil
+            }
+            command = decoded
+        } catch {
+            logger.warning("channel command rejected", [
+                "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+                "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
+            ])
+            try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+            metrics.deadLetters.increment(labels: [error.reason])
+            return .finished
+        }
+        command.traceParent = TraceParent.resolve([headerTrace, command.traceParent]).trace.text
+        do {
+            try await channelCommands.apply(command)
+        } catch let error as PostgresError where error.isCausedByTheData {
+            logger.error("channel command refused by PostgreSQL", ["error": "\(error)", "offset": "\(message.offset)"])
+            try await feedback.deadLetter(message, error: "refused by PostgreSQL: \(error)", rejectedBy: "dispatcher")
+            metrics.deadLetters.increment(labels: ["refused_by_postgres"])
+        }
+        return .finished
     }
 }
 

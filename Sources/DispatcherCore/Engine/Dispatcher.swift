@@ -37,6 +37,10 @@ public final class Dispatcher: Sendable {
     let cancellations = CampaignCancellations()
     /// Token hygiene (docs/token-hygiene.md); nil when nothing of it is configured.
     let tokenHygiene: TokenHygieneRunner?
+    /// Live Activity broadcast channels (docs/live-activities.md): `ChannelCommand` records and the
+    /// channel-hygiene job.
+    let channelCommands: ChannelCommandHandler
+    let channelHygiene: ChannelHygieneRunner
     /// Writes the cancels taken on receipt (`applyCancelOnReceipt`), batched, off the poll thread.
     let cancelWrites: Batcher<CancelWrite, Void>
     /// Records each send request's fingerprint, batched with the other requests running at once;
@@ -71,9 +75,12 @@ public final class Dispatcher: Sendable {
     /// - Parameter monitor: readiness and the scrape-time gauges of the engine's queues
     ///   (`push_records_in_flight`, `push_uncommitted_records{partition}`).
     /// - Parameter metrics: where `push_pending_retries` is registered.
+    /// - Parameter channelManagement: Apple's channel-management API; nil: `sender`'s when it offers it
+    ///   (`APNsClient` does).
     public init(configuration: DispatcherConfiguration, store: TokenStore, sender: any NotificationSender,
                 producer: KafkaProducer, clock: any WallClock = SystemWallClock(), logger: Logger = Logger(label: "dispatcher"),
-                monitor: DispatcherMonitor = DispatcherMonitor(), metrics: MetricsRegistry = .shared) {
+                monitor: DispatcherMonitor = DispatcherMonitor(), metrics: MetricsRegistry = .shared,
+                channelManagement: (any ChannelManagement)? = nil) {
         self.configuration = configuration
         self.engine = Mutex(EngineState(machine: EngineStateMachine(settings: .init(
             orderedTopic: configuration.topics.tokenEvents, tokenEventBatchSize: configuration.tokenEventBatchSize,
@@ -116,6 +123,13 @@ public final class Dispatcher: Sendable {
         self.campaigns = CampaignRunner(
             store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
             instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger)
+        let channelStore = ChannelStore(pool: store.pool)
+        self.channelCommands = ChannelCommandHandler(
+            store: channelStore, apple: channelManagement ?? (sender as? any ChannelManagement), feedback: feedback,
+            credentials: configuration.credentials, limit: configuration.channels.limit, clock: clock, logger: logger)
+        self.channelHygiene = ChannelHygieneRunner(
+            store: channelStore, handler: channelCommands, settings: configuration.channels, leaseDuration: configuration.campaigns.lease,
+            instanceID: configuration.instanceID, clock: clock, logger: logger)
         self.tokenHygiene = configuration.tokenHygiene.isEnabled
             ? TokenHygieneRunner(
                 store: TokenHygieneStore(pool: store.pool), feedback: feedback, settings: configuration.tokenHygiene,
@@ -148,6 +162,7 @@ public final class Dispatcher: Sendable {
         ]
         if configuration.campaigns.runnerEnabled { sources.append(.init(campaigns, name: "campaign runner")) }
         if let tokenHygiene { sources.append(.init(tokenHygiene, name: "token hygiene")) }
+        sources.append(.init(channelHygiene, name: "channel hygiene"))
         if let retention = configuration.sendLogRetention {
             sources.append(.init(
                 store.makeSendLogRetention(retention: retention, interval: configuration.sendLogRetentionInterval), name: "send-log retention"))

@@ -128,11 +128,18 @@ public enum SendRequestDecoder {
             }
         case .audience:
             break  // checked below, once the notification is (campaigns: AudienceQuery)
-        case .channelID:
-            throw Rejection("channel_id: broadcast channels are not supported by this dispatcher yet")
+        case .channelID(let channelID):
+            try checkChannelID(channelID)
         }
         guard let notification = request.notification else { throw Rejection("notification: is required") }
         try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkBundleID(notification.bundleID, field: "notification.bundle_id") }
+        if case .channelID = target {
+            // A broadcast (docs/live-activities.md): its content is BroadcastAdmission's, reported in
+            // its BroadcastReport; here only what makes it no broadcast at all.
+            guard request.sendAtMs == 0 else { throw Rejection("send_at_ms: a broadcast is sent at once; scheduling is not supported") }
+            if case .unrecognized = notification.environment { throw Rejection("notification.environment: unknown environment") }
+            return
+        }
         guard notification.pushType.apnsPushType != nil else {
             throw Rejection("notification.push_type: unknown push type number \(notification.pushType.rawValue)")
         }
@@ -154,6 +161,20 @@ public enum SendRequestDecoder {
         }
         // Campaign hook (docs/campaigns.md): the audience and its filter.
         if case .audience = target { try rejecting { () throws(InvalidFieldError) in _ = try AudienceQuery(request) } }
+    }
+}
+
+extension SendRequestDecoder {
+    /// A `channel_id`: Apple's `apns-channel-id` is base64 (docs/apns-protocol.md §8), sent as a header.
+    /// - Throws: `Rejection` when it is empty, longer than 256 characters, or not base64 characters.
+    static func checkChannelID(_ channelID: String) throws(Rejection) {
+        guard !channelID.isEmpty else { throw Rejection("channel_id: is empty") }
+        guard channelID.utf8.count <= 256 else { throw Rejection("channel_id: longer than 256 characters") }
+        let allowed = channelID.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7A) || byte == UInt8(ascii: "+")
+                || byte == UInt8(ascii: "/") || byte == UInt8(ascii: "=") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+        }
+        guard allowed else { throw Rejection("channel_id: \"\(channelID)\" is not base64 (Apple's apns-channel-id)") }
     }
 }
 

@@ -126,6 +126,10 @@ public struct DispatcherConfiguration: Sendable {
     /// (`PUSH_TOKEN_*`, `PUSH_CAMPAIGN_RETENTION_DAYS`, docs/token-hygiene.md). Runs under its own
     /// lease of `campaigns.lease` length.
     public var tokenHygiene = TokenHygieneSettings()
+    /// Live Activity broadcast channels: the limit per app and environment and the channel-hygiene
+    /// job (`PUSH_CHANNEL_LIMIT`, `PUSH_CHANNEL_HYGIENE_INTERVAL_MS`, docs/live-activities.md). Its
+    /// job runs under its own lease of `campaigns.lease` length.
+    public var channels = ChannelSettings()
     /// Guards against hostile input on Kafka: unreadable records, send-request limits, token ownership
     /// (`PUSH_CONSUMER_ERROR_RETRIES`, `PUSH_PARTITION_STALL_MS`, `PUSH_MAX_SEND_REQUEST_BYTES`,
     /// `PUSH_MAX_TOKENS_PER_REQUEST`, `PUSH_TOKEN_REBIND_AFTER_DAYS`).

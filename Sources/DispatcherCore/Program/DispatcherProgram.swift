@@ -75,6 +75,7 @@ public enum DispatcherProgram {
         // Apps with one try on the other APNs environment after BadDeviceToken.
         configuration.otherEnvironmentRetry = try OtherEnvironmentRetrySettings.fromEnvironment(env)
         configuration.tokenHygiene = try tokenHygiene(env)
+        configuration.channels = try ChannelSettings.fromEnvironment(env)
 
         let credentials = try apnsCredentials(env)
         let apns = try apnsClient(env)
@@ -103,7 +104,7 @@ public enum DispatcherProgram {
         }
     }
 
-    /// The admin port: the standard endpoints, the request-status route and the test hook that wedges
+    /// The admin port: the standard endpoints, the request-status and channel routes and the test hook that wedges
     /// the Kafka poll thread.
     static func adminService(_ settings: AdminServer.Settings, monitor: DispatcherMonitor, logger: Logger) -> AdminService {
         AdminService(
@@ -120,6 +121,10 @@ public enum DispatcherProgram {
             asyncRoutes: [
                 AdminEndpoints.AsyncRoute(prefix: RequestStatusEndpoint.pathPrefix) { requestID in
                     let answer = await monitor.requestStatusAnswer(requestID: requestID)
+                    return AdminResponse(status: answer.status, contentType: AdminResponse.json, body: answer.body + "\n")
+                },
+                AdminEndpoints.AsyncRoute(prefix: ChannelStatusEndpoint.pathPrefix) { path in
+                    let answer = await monitor.channelStatusAnswer(path: path)
                     return AdminResponse(status: answer.status, contentType: AdminResponse.json, body: answer.body + "\n")
                 },
             ],
@@ -188,6 +193,17 @@ public enum DispatcherProgram {
             let endpoint = try env.attempt("PUSH_APNS_SANDBOX_URL", { try APNsClient.Configuration.Endpoint(url: url) })
         {
             apns.sandbox = endpoint
+        }
+        // Broadcast channels (docs/live-activities.md "Where Apple is"): channel management and broadcast hosts.
+        for (variable, path) in [
+            ("PUSH_APNS_CHANNELS_URL_PRODUCTION", \APNsClient.Configuration.channelsProduction),
+            ("PUSH_APNS_CHANNELS_URL_SANDBOX", \APNsClient.Configuration.channelsSandbox),
+            ("PUSH_APNS_BROADCAST_URL_PRODUCTION", \APNsClient.Configuration.broadcastProduction),
+            ("PUSH_APNS_BROADCAST_URL_SANDBOX", \APNsClient.Configuration.broadcastSandbox),
+        ] {
+            if let url = env.string(variable), let endpoint = try env.attempt(variable, { try APNsClient.Configuration.Endpoint(url: url) }) {
+                apns[keyPath: path] = endpoint
+            }
         }
         apns.caFile = env.string("PUSH_APNS_CA_FILE")
         if let caFile = apns.caFile, !FileManager.default.isReadableFile(atPath: caFile) {

@@ -30,6 +30,7 @@ public final class DispatcherMonitor: Sendable {
     private let consumer = Mutex<KafkaConsumer?>(nil)
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
     private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
+    private let channelLookup = Mutex<ChannelStatusEndpoint.Lookup?>(nil)
     private let providerTokenFaults = Mutex(AppleTrouble())
     /// The keys being rotated in that APNs refused (the APNs client's `keysInFallback`), while it runs.
     private let keyFallbacks = Mutex<(@Sendable () -> [APNsKeyFallbacks.Refusal])?>(nil)
@@ -83,6 +84,17 @@ public final class DispatcherMonitor: Sendable {
             guard let lookup = statusLookup.withLock({ $0 }) else { throw NotConnected() }
             return try await lookup(id)
         }
+    }
+
+    /// The answer of the admin port's `GET /v1/channels/<bundle id>[/<name>]` (`ChannelStatusEndpoint`),
+    /// read through the pool of the running service; 503 before it connected or after it closed.
+    public func channelStatusAnswer(path: String) async -> RequestStatusEndpoint.Answer {
+        await ChannelStatusEndpoint.answer(path: path, lookup: channelLookup.withLock { $0 })
+    }
+
+    /// Sets (or with nil removes) what `channelStatusAnswer` reads through.
+    func setChannelLookup(_ lookup: ChannelStatusEndpoint.Lookup?) {
+        channelLookup.withLock { $0 = lookup }
     }
 
     private struct NotConnected: Error, CustomStringConvertible {

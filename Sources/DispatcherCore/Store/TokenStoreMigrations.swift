@@ -139,5 +139,7 @@ public enum TokenStoreMigrations {
             -- serve ORDER BY device_token: every page of a user with a million tokens sorted them all.
             CREATE INDEX device_tokens_user_pages ON device_tokens (user_id, device_token) WHERE status = 'active';
             """),
+        // Live Activity broadcast channels (docs/live-activities.md): defined beside their store.
+        ChannelStore.migration,
     ]
 }
