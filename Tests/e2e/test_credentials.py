@@ -8,11 +8,13 @@ keys with the same scopes (scripts/gen-dev-credentials):
 
 Concurrent requests to the three apps are delivered, each signed by its own key on connections that
 carry one team; a bundle id without a key and a notification outside its key's environment are
-refused before any Apple request.
+refused before any Apple request; a key removed from the file drains its connections.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 
@@ -130,3 +132,39 @@ def test_a_bundle_id_without_a_key_or_outside_its_keys_environment_is_refused_wi
     # A refusal for want of a key never deactivates: the tokens were never stored, and stay so.
     listed = ",".join(f"'{t}'" for t in every_token)
     assert stack.psql(f"SELECT device_token FROM device_tokens WHERE device_token IN ({listed})") == []
+
+
+def test_a_key_removed_from_the_file_drains_its_connections():
+    """The dispatcher re-reads its credentials file on SIGHUP: a key the file no longer holds has its
+    connections closed once its sends finished (README "Rotating the .p8 key"); the file is restored after."""
+    feedback = stack.pb("feedback_pb2")
+    path = stack.VAR_DIR / "credentials" / "apns-credentials.json"
+    original = path.read_text()
+    dispatcher = stack.Dispatcher.stack()
+    tokens = [stack.random_token() for _ in range(3)]
+    reports = send_all([request_to(tokens, "com.sample.beta", "SANDBOX")])
+    assert {feedback.DeliveryOutcome.Name(r.outcome) for r in next(iter(reports.values()))} == {"DELIVERED"}
+
+    def bound(key_id: str) -> list[dict]:
+        return [c for c in stack.simulator_admin("/admin/connections")["connections"] if c.get("key_id") == key_id]
+    assert bound("DEVKEY0002"), "com.sample.beta's key has a connection"
+    others = {c["connection"] for c in bound("DEVKEY0001")}
+    log = stack.LogMark(dispatcher.log)
+    try:
+        without = json.loads(original)
+        without["apps"] = [app for app in without["apps"] if app["bundle_id"] != "com.sample.beta"]
+        path.write_text(json.dumps(without))
+        os.kill(dispatcher.pid, signal.SIGHUP)
+        stack.wait_for(lambda: not bound("DEVKEY0002"), what="DEVKEY0002's connections to close", timeout=30)
+        assert "APNs pool drained" in log.text()
+        # The other keys' connections stay.
+        assert others <= {c["connection"] for c in bound("DEVKEY0001")}
+        # And com.sample.beta has no key now.
+        refused = send_all([request_to([stack.random_token()], "com.sample.beta", "SANDBOX")])
+        assert [feedback.OutcomeReason.Name(r.outcome_reason) for r in next(iter(refused.values()))] == ["OUTCOME_REASON_NO_CREDENTIAL"]
+    finally:
+        path.write_text(original)
+        os.kill(dispatcher.pid, signal.SIGHUP)
+        stack.wait_for(lambda: "APNs credentials reloaded" in log.text().rsplit("APNs keys removed", 1)[-1], what="the file restored", timeout=30)
+    again = send_all([request_to([stack.random_token()], "com.sample.beta", "SANDBOX")])
+    assert [feedback.DeliveryOutcome.Name(r.outcome) for r in next(iter(again.values()))] == ["DELIVERED"]

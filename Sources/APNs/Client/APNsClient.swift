@@ -335,6 +335,26 @@ public final class APNsClient: Sendable {
         for pool in all { await pool.shutdown() }
     }
 
+    /// Closes the pools of `credentials` (every environment) gracefully: taken out of use at once (a
+    /// later send on these credentials would open a new pool), each closes once every send holding it
+    /// has finished, retries included: no new notification goes out on them, none in flight is lost,
+    /// and their connections end with GOAWAY. Returns when they are closed (cancellation closes them
+    /// at once, open streams still finishing). For credentials removed from the dispatcher's
+    /// credentials file (docs/apns-client.md "Key rotation").
+    /// - Returns: how many pools were drained (0 when the credentials had none).
+    @discardableResult
+    public func drain(_ credentials: APNsCredentials) async -> Int {
+        let identity = credentials.identity
+        let drained = pools.withLock { pools -> [APNsConnectionPool] in
+            let keys = pools.keys.filter { $0.credentials == identity }
+            return keys.compactMap { pools.removeValue(forKey: $0) }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for pool in drained { group.addTask { await pool.drain() } }
+        }
+        return drained.count
+    }
+
     // MARK: Helpers
 
     /// The pool of (`credentials`, `environment`), created on first use.
