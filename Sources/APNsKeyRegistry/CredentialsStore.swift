@@ -91,6 +91,22 @@ public final class CredentialsStore: Sendable {
         }
     }
 
+    /// What this dispatcher knows about each key now (`GET /v1/credentials` on its admin port): the
+    /// registry's keys with their state and each key's last mint and last refusal (never key material).
+    /// - Parameter fallbacks: the APNs client's keys in fallback now (`APNsClient.keysInFallback()`).
+    public func report(fallbacks: [APNsKeyFallbacks.Refusal]) -> CredentialsReport {
+        let now = Date(timeIntervalSince1970: TimeInterval(clock.nowMilliseconds()) / 1000)
+        let (registry, caches) = state.withLock { ($0.registry, $0.caches) }
+        var facts: [CredentialsRegistry.KeyIdentity: CredentialsReport.Facts] = [:]
+        for (identity, cached) in caches {
+            guard case .token(let cache) = cached.credentials else { continue }
+            let refusal = cache.lastRefusal
+            facts[identity] = CredentialsReport.Facts(
+                lastMintSeconds: cache.currentIssuedAt, lastRefusalSeconds: refusal?.atSeconds, lastRefusalReason: refusal?.reason)
+        }
+        return CredentialsReport(registry: registry, facts: facts, fallbacks: fallbacks, now: now)
+    }
+
     /// Re-reads the credentials file; on failure keeps the registry in use and logs why.
     /// - Parameter removed: called, once the new registry is in use, with the credentials of every key
     ///   the file no longer holds (or whose `.p8` changed): no send chooses them any more, so the caller

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 
@@ -168,3 +169,51 @@ def test_a_key_removed_from_the_file_drains_its_connections():
         stack.wait_for(lambda: "APNs credentials reloaded" in log.text().rsplit("APNs keys removed", 1)[-1], what="the file restored", timeout=30)
     again = send_all([request_to([stack.random_token()], "com.sample.beta", "SANDBOX")])
     assert [feedback.DeliveryOutcome.Name(r.outcome) for r in next(iter(again.values()))] == ["DELIVERED"]
+
+
+PUSHCTL = stack.ROOT / ".build" / "debug" / "pushctl"
+
+
+def test_the_dispatcher_reports_each_keys_last_mint_and_last_refusal_and_pushctl_shows_them():
+    """GET /v1/credentials on the dispatcher's admin port and `pushctl credentials list --admin URL`: per
+    key its state, last provider-token mint and APNs's last refusal (a refusal made here by the
+    simulator treating every token of the next hour as expired), never key material."""
+    send_all([request_to([stack.random_token()], bundle, environment) for bundle, environment, _, _ in APPS])
+    status, body, headers = stack.admin("dispatcher", "/v1/credentials")
+    content_type = {name.lower(): value for name, value in headers.items()}.get("content-type", "")
+    assert status == 200 and content_type.startswith("application/json"), (status, content_type, body)
+    report = json.loads(body)
+    assert report["source"] == stack.stack_env()["PUSH_APNS_CREDENTIALS_FILE"]
+    by_key = {(k["bundle_id"], k["key_id"]): k for k in report["keys"]}
+    assert set(by_key) == {("com.example.*", "DEVKEY0001"), ("com.sample.beta", "DEVKEY0002"), ("com.acquired.app", "DEVKEY0003")}
+    for key in by_key.values():
+        assert key["state"] == "serving" and key["last_mint_at"], key
+    assert "PRIVATE KEY" not in body and ".p8" not in body
+
+    # APNs refuses DEVKEY0002's tokens (every iat up to an hour from now "expired", the renewed one too).
+    now_s = stack.simulator_admin("/admin/clock")["now_ms"] // 1000
+    stack.simulator_admin("/admin/faults", "PUT", {"provider_tokens_expired_through_iat": now_s + 3600})
+    try:
+        refused = send_all([request_to([stack.random_token()], "com.sample.beta", "SANDBOX")])
+    finally:
+        stack.simulator_admin("/admin/faults", "PUT", {})
+    assert [r.apns_reason for r in next(iter(refused.values()))] == ["ExpiredProviderToken"]
+    key = {k["key_id"]: k for k in json.loads(stack.admin("dispatcher", "/v1/credentials")[1])["keys"]}["DEVKEY0002"]
+    assert key["last_refusal_reason"] == "ExpiredProviderToken" and key["last_refusal_at"], key
+
+    admin_url = stack.stack_env()["PUSH_DISPATCHER_ADMIN_URL"]
+    listed = subprocess.run([str(PUSHCTL), "--env-file", str(stack.VAR_DIR / "stack.env"), "credentials", "list", "--admin", admin_url],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[1]: line for line in listed.stdout.splitlines()}
+    assert "dispatcher: serving" in lines["DEVTEAM001/DEVKEY0002"] and "last refusal " in lines["DEVTEAM001/DEVKEY0002"]
+    assert "ExpiredProviderToken" in lines["DEVTEAM001/DEVKEY0002"]
+    assert "last mint never" not in lines["DEVTEAM002/DEVKEY0003"]
+    as_json = subprocess.run([str(PUSHCTL), "--env-file", str(stack.VAR_DIR / "stack.env"), "credentials", "list", "--json", "--admin", admin_url],
+                             capture_output=True, text=True, timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
+    rows = {row["key_id"]: row for row in map(json.loads, as_json.stdout.splitlines())}
+    assert rows["DEVKEY0002"]["last_refusal_reason"] == "ExpiredProviderToken" and rows["DEVKEY0001"]["dispatcher_state"] == "serving"
+    unreachable = subprocess.run([str(PUSHCTL), "--env-file", str(stack.VAR_DIR / "stack.env"), "credentials", "list",
+                                  "--admin", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert unreachable.returncode != 0 and "127.0.0.1:1" in unreachable.stderr

@@ -273,6 +273,7 @@ public final class APNsClient: Sendable {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
         // The key, never the key material: which of the registry's keys Apple refuses.
         metrics.providerTokenFaults.increment(labels: [reason.rawValue, pool.credentials.providerTokens?.keyID ?? "certificate"])
+        pool.credentials.providerTokens?.noteRefusal(reason.rawValue)
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
         if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }
