@@ -41,6 +41,7 @@ public final class APNsProviderTokenCache: Sendable {
         /// The current token was minted by ``renew(replacing:)`` (after APNs refused its predecessor).
         var renewed = false
         var mints = 0
+        var lastRefusal: (atSeconds: Int64, reason: String)?
     }
 
     /// Creates an empty cache; nothing is signed until ``currentToken()``.
@@ -147,6 +148,16 @@ public final class APNsProviderTokenCache: Sendable {
         }
     }
 
-    /// `iat` of the cached token in seconds since the epoch, or `nil` before the first one.
+    /// `iat` of the cached token in seconds since the epoch, or `nil` before the first one: when the
+    /// last token was minted (every mint replaces the cached token).
     public var currentIssuedAt: Int64? { state.withLock { $0.current?.issuedAt } }
+
+    /// Records that APNs refused a provider token of this key with `reason` (Apple's reason string) now.
+    public func noteRefusal(_ reason: String) {
+        let now = clock.nowSeconds()
+        state.withLock { $0.lastRefusal = (now, reason) }
+    }
+
+    /// APNs's last refusal of this key's provider tokens (seconds since the epoch, Apple's reason), or nil.
+    public var lastRefusal: (atSeconds: Int64, reason: String)? { state.withLock { $0.lastRefusal } }
 }

@@ -91,16 +91,40 @@ public final class CredentialsStore: Sendable {
         }
     }
 
+    /// What this dispatcher knows about each key now (`GET /v1/credentials` on its admin port): the
+    /// registry's keys with their state and each key's last mint and last refusal (never key material).
+    /// - Parameter fallbacks: the APNs client's keys in fallback now (`APNsClient.keysInFallback()`).
+    public func report(fallbacks: [APNsKeyFallbacks.Refusal]) -> CredentialsReport {
+        let now = Date(timeIntervalSince1970: TimeInterval(clock.nowMilliseconds()) / 1000)
+        let (registry, caches) = state.withLock { ($0.registry, $0.caches) }
+        var facts: [CredentialsRegistry.KeyIdentity: CredentialsReport.Facts] = [:]
+        for (identity, cached) in caches {
+            guard case .token(let cache) = cached.credentials else { continue }
+            let refusal = cache.lastRefusal
+            facts[identity] = CredentialsReport.Facts(
+                lastMintSeconds: cache.currentIssuedAt, lastRefusalSeconds: refusal?.atSeconds, lastRefusalReason: refusal?.reason)
+        }
+        return CredentialsReport(registry: registry, facts: facts, fallbacks: fallbacks, now: now)
+    }
+
     /// Re-reads the credentials file; on failure keeps the registry in use and logs why.
+    /// - Parameter removed: called, once the new registry is in use, with the credentials of every key
+    ///   the file no longer holds (or whose `.p8` changed): no send chooses them any more, so the caller
+    ///   drains their connection pools (`APNsClient.drain(_:)`). Not called when nothing was removed.
     /// - Returns: whether the new registry is in use (false for the single-key shorthand).
     @discardableResult
-    public func reload() -> Bool {
+    public func reload(removed: ([APNsCredentials]) -> Void = { _ in }) -> Bool {
         guard let file else { return false }
         let previous = state.withLock { $0 }
         do {
             let loaded = try Self.load(file: file, previous: previous, clock: clock, metrics: metrics)
             state.withLock { $0 = loaded }
             logger.notice("APNs credentials reloaded", Self.summary(loaded.registry))
+            let gone = Self.removedCredentials(from: previous, in: loaded)
+            if !gone.isEmpty {
+                logger.notice("APNs keys removed: their connections drain", ["keys": gone.map(Self.label).joined(separator: " ")])
+                removed(gone)
+            }
             return true
         } catch {
             logger.error("APNs credentials NOT reloaded; the previous ones stay in use", ["error": "\(error)"])
@@ -147,6 +171,30 @@ public final class CredentialsStore: Sendable {
         }
         guard problems.isEmpty else { throw LoadError(description: problems.joined(separator: "\n")) }
         return Loaded(registry: registry, caches: caches)
+    }
+
+    /// The credentials `previous` held that `loaded` does not (the same cache object is the same key).
+    private static func removedCredentials(from previous: Loaded, in loaded: Loaded) -> [APNsCredentials] {
+        let kept = Set(loaded.caches.values.map { identity(of: $0.credentials) })
+        var seen = Set<ObjectIdentifier>()
+        return previous.caches.values.map(\.credentials).filter { credentials in
+            let id = identity(of: credentials)
+            return !kept.contains(id) && seen.insert(id).inserted
+        }
+    }
+
+    private static func identity(of credentials: APNsCredentials) -> ObjectIdentifier {
+        switch credentials {
+        case .token(let cache): ObjectIdentifier(cache)
+        case .certificate(let certificate): ObjectIdentifier(certificate)
+        }
+    }
+
+    private static func label(_ credentials: APNsCredentials) -> String {
+        switch credentials {
+        case .token(let cache): "\(cache.teamID)/\(cache.keyID)"
+        case .certificate: "certificate"
+        }
     }
 
     /// Which key serves which app, for the log: `com.example.* → TEAM/KEY (+1 more)`; no key material.

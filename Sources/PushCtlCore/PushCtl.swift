@@ -61,7 +61,7 @@ public enum PushCtl {
         case "status": try await StatusCommand.run(arguments, settings)
         case "dead-letters list": try await DeadLetterCommands.list(arguments, settings)
         case "dead-letters redrive": try await DeadLetterCommands.redrive(arguments, settings)
-        case "credentials list": try CredentialsCommands.list(arguments, settings)
+        case "credentials list": try await CredentialsCommands.list(arguments, settings)
         case "credentials check": try CredentialsCommands.check(arguments, settings)
         case "sim faults", "sim counters", "sim reset", "sim unregister": try await SimulatorCommands.run(command, arguments, settings)
         default: throw CommandLineArguments.UsageError("unknown command \(command.name)")

@@ -294,11 +294,16 @@ public struct PushCtlCommand: Sendable {
         PushCtlCommand(
             path: ["credentials", "list"], arguments: "",
             summary: "list the dispatcher's APNs keys: which key serves which app, its scope, activate_at (never key material)",
-            options: [credentialsFile, .flag("json", "one JSON object per line"), envFile],
+            options: [credentialsFile, .flag("json", "one JSON object per line"),
+                      .value("admin", "URL", "a dispatcher's admin port (http://host:port): add its state, last mint and last refusal per key"),
+                      envFile],
             details: """
                 Reads the credentials file (README "APNs credentials") as the dispatcher does, without
                 loading the keys: one line per key with its app entry, TEAMID/KEYID, environment and topic
                 scope, activate_at ("on load" when the file gives none) and whether it is active now.
+                With --admin, each line adds what that dispatcher reports (GET /v1/credentials): the key's
+                state there (serving, fallback, standby, pending, in_fallback with why), when its last
+                provider token was minted and APNs's last refusal with Apple's reason.
                 """),
         PushCtlCommand(
             path: ["credentials", "check"], arguments: "",

@@ -42,6 +42,9 @@ import Testing
             #expect(refused.first?.reason == .invalidProviderToken)
             #expect(refused.first?.bundleID == Credentials.app)
             #expect(refused.first?.fallbackKeyID == Credentials.key1)
+            // The key's cache remembers the refusal (pushctl credentials list --admin shows it), the good key none.
+            #expect(unknown.lastRefusal?.reason == "InvalidProviderToken" && good.lastRefusal == nil)
+            #expect(unknown.currentIssuedAt != nil && good.currentIssuedAt != nil)
 
             // Within the retry delay: straight to the key before it, B not asked.
             let results = await withTaskGroup(of: Int.self) { group in

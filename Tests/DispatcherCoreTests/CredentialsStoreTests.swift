@@ -67,6 +67,46 @@ import Testing
         #expect(current.keyID == "KEYB000002" && fallback === teamB)
     }
 
+    /// What a reload hands over to be drained (`APNsClient.drain(_:)`): the caches of keys the file no
+    /// longer holds or whose `.p8` changed, once each; nothing for a reload that keeps every key or fails.
+    @Test func aReloadReportsTheKeysItRemoved() async throws {
+        let directory = try await Self.keys(3)
+        let file = directory.appendingPathComponent("credentials.json")
+        let both = """
+            {"apps": [{"bundle_id": "com.teama.*", "keys": [\(Self.entry("TEAMA00001", "KEYA000001", "key0.p8")),
+                                                           \(Self.entry("TEAMA00001", "KEYA000002", "key1.p8"))]},
+                      {"bundle_id": "com.teamb.app", "keys": [\(Self.entry("TEAMA00001", "KEYA000001", "key0.p8"))]}]}
+            """
+        try Self.write(both, to: file)
+        let store = try CredentialsStore(file: file.path)
+        guard case .send(.token(let first), .token(let second)?) = store.choose(bundleID: "com.teama.mail", environment: .production) else {
+            Issue.record("no current key and fallback")
+            return
+        }
+        let older = try #require([first, second].first { $0.keyID == "KEYA000001" })
+        let newer = try #require([first, second].first { $0.keyID == "KEYA000002" })
+        var removed: [APNsCredentials] = []
+        #expect(store.reload { removed += $0 })
+        #expect(removed.isEmpty, "an unchanged file removes nothing")
+
+        // The rotation ends: the old key leaves the file (it served two entries: reported once).
+        try Self.write(#"{"apps": [{"bundle_id": "com.teama.*", "keys": [\#(Self.entry("TEAMA00001", "KEYA000002", "key1.p8"))]}]}"#, to: file)
+        #expect(store.reload { removed += $0 })
+        #expect(removed.compactMap { if case .token(let cache) = $0 { cache } else { nil } }.map(ObjectIdentifier.init) == [ObjectIdentifier(older)])
+        #expect(Self.cache(store.choose(bundleID: "com.teama.mail", environment: .production)) === newer)
+
+        // A bad file removes nothing; a replaced .p8 under the same key id reports the old cache.
+        removed = []
+        try Self.write("{", to: file)
+        #expect(!store.reload { removed += $0 })
+        try FileManager.default.removeItem(at: directory.appendingPathComponent("key1.p8"))
+        try FileManager.default.copyItem(at: directory.appendingPathComponent("key2.p8"), to: directory.appendingPathComponent("key1.p8"))
+        try Self.write(#"{"apps": [{"bundle_id": "com.teama.*", "keys": [\#(Self.entry("TEAMA00001", "KEYA000002", "key1.p8"))]}]}"#, to: file)
+        #expect(store.reload { removed += $0 })
+        #expect(removed.compactMap { if case .token(let cache) = $0 { cache } else { nil } }.map(ObjectIdentifier.init) == [ObjectIdentifier(newer)])
+        #expect(Self.cache(store.choose(bundleID: "com.teama.mail", environment: .production)) !== newer)
+    }
+
     @Test func aBadKeyIsNamedByFileAndEntryAndABadReloadKeepsTheRegistry() async throws {
         let directory = try await Self.keys(1)
         try "not a key\n".write(to: directory.appendingPathComponent("bad.p8"), atomically: true, encoding: .utf8)

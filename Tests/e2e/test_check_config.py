@@ -3,6 +3,7 @@ masked) and exit 0; bad ones exit 2 and name every bad variable. Runs the debug 
 (`swift build` first); needs no running stack."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -52,6 +53,20 @@ def test_dispatcher_good_configuration_prints_effective_values_with_secrets_mask
     password = (credentials / "pg-push-password").read_text().strip()
     assert password not in out
     assert "BEGIN PRIVATE KEY" not in out
+
+
+def test_the_generated_credentials_file_loads_its_three_keys(credentials):
+    # What scripts/up gives the local dispatcher: three keys under two teams, .p8 paths relative to the file.
+    env = {k: v for k, v in dispatcher_env(credentials).items() if not k.startswith("PUSH_APNS_")}
+    done = check("dispatcher", {**env, "PUSH_APNS_CREDENTIALS_FILE": str(credentials / "apns-credentials.json")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "configuration OK" in done.stdout
+    assert "BEGIN PRIVATE KEY" not in done.stdout
+    keys = [key for app in json.loads((credentials / "apns-credentials.json").read_text())["apps"] for key in app["keys"]]
+    assert sorted((k["team_id"], k["key_id"], k.get("environment", "")) for k in keys) == [
+        ("DEVTEAM001", "DEVKEY0001", ""), ("DEVTEAM001", "DEVKEY0002", "sandbox"), ("DEVTEAM002", "DEVKEY0003", "production")]
+    for key in keys:
+        assert (credentials / key["p8_file"]).is_file() and (credentials / key["p8_file"].replace(".p8", ".pub.pem")).is_file()
 
 
 def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
@@ -134,10 +149,11 @@ def test_apns_simulator_good_and_bad(credentials):
 
 
 def test_generated_secrets_are_owner_only(credentials):
-    for name in ["apns-key.p8", "simulator-key.pem", "pg-push-password", "pg-superuser-password", "grafana-admin-password"]:
+    for name in ["apns-key.p8", "apns-key-2.p8", "apns-key-3.p8", "simulator-key.pem", "pg-push-password",
+                 "pg-superuser-password", "grafana-admin-password"]:
         mode = (credentials / name).stat().st_mode & 0o777
         assert mode == 0o600, f"{name} has mode {oct(mode)}"
-    for name in ["apns-key.pub.pem", "simulator-cert.pem"]:
+    for name in ["apns-key.pub.pem", "apns-key-2.pub.pem", "apns-key-3.pub.pem", "simulator-cert.pem", "apns-credentials.json"]:
         assert (credentials / name).stat().st_mode & 0o777 == 0o644
 
 

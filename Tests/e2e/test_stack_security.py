@@ -36,5 +36,5 @@ def test_the_dispatcher_reads_its_password_from_a_file_and_secrets_are_owner_onl
     assert re.fullmatch(r"postgresql://push@127\.0\.0\.1:\d+/push", environ["PUSH_PG_URL"])
     assert Path(environ["PUSH_PG_PASSWORD_FILE"]).exists()
     credentials = stack.VAR_DIR / "credentials"
-    for name in ["apns-key.p8", "simulator-key.pem", "pg-push-password", "pgpass"]:
+    for name in ["apns-key.p8", "apns-key-2.p8", "apns-key-3.p8", "simulator-key.pem", "pg-push-password", "pgpass"]:
         assert (credentials / name).stat().st_mode & 0o777 == 0o600, name

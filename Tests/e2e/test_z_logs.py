@@ -16,10 +16,10 @@ WHOLE_TOKEN = re.compile(r"(?<![0-9a-f])[0-9a-f]{64,}(?![0-9a-f])")
 
 
 def secrets() -> list[str]:
-    """Values a log must never contain: the APNs signing key's body and every secret-looking variable."""
+    """Values a log must never contain: the APNs signing keys' bodies and every secret-looking variable."""
     found = []
-    key = (stack.VAR_DIR / "credentials" / "apns-key.p8").read_text()
-    found += [line for line in key.splitlines() if line and not line.startswith("-----") and len(line) >= 16]
+    for path in sorted((stack.VAR_DIR / "credentials").glob("apns-key*.p8")):
+        found += [line for line in path.read_text().splitlines() if line and not line.startswith("-----") and len(line) >= 16]
     for service in SERVICES:
         for name, value in stack.process_environ(service).items():
             if re.search(r"KEY|SECRET|PASSWORD|TOKEN", name) and not name.endswith(("_FILE", "_ID")) and len(value) >= 8:

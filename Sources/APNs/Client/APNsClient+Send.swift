@@ -17,6 +17,8 @@ extension APNsClient {
         let credentials = try credentialChoice.credentials(chosen: options.credentials, bundleID: bundleID, topic: request.topic)
         var send = SendState(request: request, bundleID: bundleID, options: options, machine: retryMachine(for: request, options: options))
         var pool = startingPool(credentials, environment: environment, &send)
+        pool.enter()  // a drained pool (its key removed) closes once no send holds it
+        defer { pool.leave() }
         defer { if send.holdsGateTurn { gates.finish(send.token, holdsTurn: true, outcome: .other) } }
         while true {
             // The device token's gate: closed after its 429 TooManyRequests or timed-out stream, its
@@ -47,7 +49,9 @@ extension APNsClient {
             let action = send.machine.handle(attempt.event, nowMilliseconds: configuration.clock.nowMilliseconds())
             guard let response = try await perform(action, attempt, isTokenFailure: isTokenFailure, send, pool: pool) else { continue }
             if let fallback = fallBack(after: response, attempt, &send, pool: pool) {
+                pool.leave()
                 pool = fallback
+                pool.enter()
                 continue
             }
             return response

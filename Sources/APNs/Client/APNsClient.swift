@@ -295,6 +295,7 @@ public final class APNsClient: Sendable {
         metrics.increment("provider_token_faults_\(reason.rawValue)")
         // The key, never the key material: which of the registry's keys Apple refuses.
         metrics.providerTokenFaults.increment(labels: [reason.rawValue, pool.credentials.providerTokens?.keyID ?? "certificate"])
+        pool.credentials.providerTokens?.noteRefusal(reason.rawValue)
         let nowSeconds = configuration.clock.nowSeconds()
         let skew = response.date.map { $0 - nowSeconds }
         if let skew { metrics.set("provider_token_fault_skew_s", Int(skew)) }
@@ -355,6 +356,26 @@ public final class APNsClient: Sendable {
             return Array(pools.values)
         }
         for pool in all { await pool.shutdown() }
+    }
+
+    /// Closes the pools of `credentials` (every environment) gracefully: taken out of use at once (a
+    /// later send on these credentials would open a new pool), each closes once every send holding it
+    /// has finished, retries included: no new notification goes out on them, none in flight is lost,
+    /// and their connections end with GOAWAY. Returns when they are closed (cancellation closes them
+    /// at once, open streams still finishing). For credentials removed from the dispatcher's
+    /// credentials file (docs/apns-client.md "Key rotation").
+    /// - Returns: how many pools were drained (0 when the credentials had none).
+    @discardableResult
+    public func drain(_ credentials: APNsCredentials) async -> Int {
+        let identity = credentials.identity
+        let drained = pools.withLock { pools -> [APNsConnectionPool] in
+            let keys = pools.keys.filter { $0.credentials == identity }
+            return keys.compactMap { pools.removeValue(forKey: $0) }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for pool in drained { group.addTask { await pool.drain() } }
+        }
+        return drained.count
     }
 
     // MARK: Helpers

@@ -153,6 +153,12 @@ final class APNsConnectionPool: Sendable {
     private let logger: Logger
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    /// Sends that hold this pool (``enter()``…``leave()``), retries and backoff waits included: a
+    /// drained pool closes once none does. An atomic, not the state's lock: it moves twice per send.
+    private let users = Atomic<Int>(0)
+    /// Set by ``drain()``: the last ``leave()`` wakes `drained`.
+    private let draining = Atomic<Bool>(false)
+    private let drained = Mutex<CheckedContinuation<Void, Never>?>(nil)
 
     init(
         environment: APNsEnvironment, endpoint: Configuration.Endpoint? = nil, service: APNsService = .push, credentials: APNsCredentials,
@@ -510,6 +516,45 @@ final class APNsConnectionPool: Sendable {
             await connection.connection.close()
         }
         for task in running { await task.value }
+    }
+
+    /// A send starts using this pool (its attempts, retries and the waits between them); paired with
+    /// ``leave()``.
+    func enter() {
+        users.wrappingAdd(1, ordering: .sequentiallyConsistent)
+    }
+
+    /// A send stopped using this pool; the last one wakes a ``drain()``.
+    func leave() {
+        let left = users.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
+        if left == 0, draining.load(ordering: .sequentiallyConsistent) { wakeDrain() }
+    }
+
+    private func wakeDrain() {
+        drained.withLock { waiter -> CheckedContinuation<Void, Never>? in
+            defer { waiter = nil }
+            return waiter
+        }?.resume()
+    }
+
+    /// Closes the pool gracefully once no send uses it (its credentials were removed: no new send
+    /// reaches it, docs/apns-client.md "Key rotation"): every send that holds it finishes, retries
+    /// included, on its connections; then ``shutdown()`` closes them with GOAWAY. Cancellation stops
+    /// the wait and closes at once (open streams still finish).
+    func drain() async {
+        draining.store(true, ordering: .sequentiallyConsistent)
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                drained.withLock { $0 = continuation }
+                // The last leave() may have come before the continuation was stored.
+                if users.load(ordering: .sequentiallyConsistent) == 0 || Task.isCancelled { wakeDrain() }
+            }
+        } onCancel: {
+            wakeDrain()
+        }
+        logger.info("APNs pool drained: its credentials were removed; closing its connections", [:])
+        metrics.increment("pools_drained")
+        await shutdown()
     }
 
     /// Keeps slot `slot` connected: DNS, connect, serve until it must be replaced, repeat; until the

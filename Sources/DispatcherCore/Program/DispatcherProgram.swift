@@ -100,13 +100,15 @@ public enum DispatcherProgram {
             settings.databaseCheckInterval = databaseCheckInterval
             return ServiceMain.Start(
                 services: [DispatcherService(settings: settings, logger: logger)],
-                infrastructure: [adminService(admin, monitor: monitor, logger: logger)])
+                infrastructure: [adminService(admin, monitor: monitor, credentials: credentials, logger: logger)])
         }
     }
 
-    /// The admin port: the standard endpoints, the request-status and channel routes and the test hook that wedges
-    /// the Kafka poll thread.
-    static func adminService(_ settings: AdminServer.Settings, monitor: DispatcherMonitor, logger: Logger) -> AdminService {
+    /// The admin port: the standard endpoints, the request-status, channel and credentials routes and the
+    /// test hook that wedges the Kafka poll thread.
+    static func adminService(
+        _ settings: AdminServer.Settings, monitor: DispatcherMonitor, credentials: CredentialsStore, logger: Logger
+    ) -> AdminService {
         AdminService(
             settings: settings, readiness: monitor.readiness,
             testHooks: [
@@ -127,9 +129,19 @@ public enum DispatcherProgram {
                     let answer = await monitor.channelStatusAnswer(path: path)
                     return AdminResponse(status: answer.status, contentType: AdminResponse.json, body: answer.body + "\n")
                 },
+                // GET /v1/credentials: each key's state, last mint and last refusal (CredentialsReport;
+                // never key material).
+                AdminEndpoints.AsyncRoute(prefix: credentialsPath) { rest in
+                    guard rest.isEmpty else { return AdminResponse(status: 404, body: "no such path\n") }
+                    let report = credentials.report(fallbacks: monitor.keysInFallback())
+                    return AdminResponse(status: 200, contentType: AdminResponse.json, body: report.json + "\n")
+                },
             ],
             logger: logger)
     }
+
+    /// The admin port's credentials route (`CredentialsReport`).
+    public static let credentialsPath = "/v1/credentials"
 
     /// Token hygiene (docs/token-hygiene.md): stale ageing and inactive-row deletion are off until set.
     static func tokenHygiene(_ env: EnvironmentConfig) throws -> TokenHygieneSettings {

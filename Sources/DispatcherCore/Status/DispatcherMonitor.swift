@@ -124,6 +124,11 @@ public final class DispatcherMonitor: Sendable {
     /// Sets (or clears) what `/readyz`'s body reads the refused keys from: one informational line per
     /// key and bundle ID whose sends go to the key before it (never a readiness condition: the
     /// fallback key delivers).
+    /// The APNs client's keys in fallback now (empty while no client runs).
+    public func keysInFallback() -> [APNsKeyFallbacks.Refusal] {
+        keyFallbacks.withLock { $0 }?() ?? []
+    }
+
     func setKeyFallbacks(_ read: (@Sendable () -> [APNsKeyFallbacks.Refusal])?) {
         keyFallbacks.withLock { $0 = read }
     }
