@@ -116,7 +116,7 @@ enum ChannelCommands {
         }
         let base = arguments.value("dispatcher") ?? settings.env.string("PUSH_DISPATCHER_ADMIN_URL", default: "http://127.0.0.1:9102")
         let path = "/v1/channels/" + ([bundleID] + arguments.positionals.dropFirst()).joined(separator: "/")
-        let (status, body) = try await AdminHTTPGet.get(base: base, path: path)
+        let (status, body) = try await AdminPortClient.get(base, path: path, option: "dispatcher")
         if status == 404 { throw PushCtlError(.notFound, "GET \(path): \(body.trimmingCharacters(in: .whitespacesAndNewlines))") }
         guard status == 200 else { throw PushCtlError(status == 503 ? .unavailable : .failed, "GET \(path): HTTP \(status): \(body)") }
         if arguments.flag("json") {

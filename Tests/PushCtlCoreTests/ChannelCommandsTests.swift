@@ -54,11 +54,13 @@ import Testing
                     : AdminResponse(status: 404, contentType: AdminResponse.json, body: #"{"error":"not_found"}"# + "\n")
             }]))
         defer { server.stop() }
-        let answer = try await AdminHTTPGet.get(base: "http://127.0.0.1:\(server.port)", path: "/v1/channels/com.example.scores")
+        let answer = try await AdminPortClient.get("http://127.0.0.1:\(server.port)", path: "/v1/channels/com.example.scores", option: "dispatcher")
         #expect(answer.status == 200 && answer.body == body + "\n")
         #expect(ChannelCommands.lines(answer.body) == "m1  production  active  Y2g=  NO_MESSAGE_STORED  delete_at_ms=0")
-        let missing = try await AdminHTTPGet.get(base: "http://127.0.0.1:\(server.port)", path: "/v1/channels/com.example.scores/x")
+        let missing = try await AdminPortClient.get("http://127.0.0.1:\(server.port)", path: "/v1/channels/com.example.scores/x", option: "dispatcher")
         #expect(missing.status == 404)
-        await #expect(throws: PushCtlError.self) { try await AdminHTTPGet.get(base: "http://127.0.0.1:1", path: "/") }
+        // An address nothing listens on: exit status 3 (unavailable), naming the address.
+        let unreachable = await #expect(throws: PushCtlError.self) { try await AdminPortClient.get("http://127.0.0.1:1", path: "/", option: "dispatcher") }
+        #expect(unreachable?.exitCode == .unavailable && unreachable?.message.contains("127.0.0.1:1") == true)
     }
 }

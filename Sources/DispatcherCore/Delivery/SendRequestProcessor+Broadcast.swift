@@ -47,14 +47,7 @@ extension SendRequestProcessor {
             // Cancelled before it was sent (CancelCheckPolicy's rule for every source): SKIPPED.
             report.outcome = .skipped
             report.outcomeReason = .cancelled
-            report.completedAtMs = clock.nowMilliseconds()
-            let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
-            if let found = try await store.insertBroadcastRow(
-                requestID: request.requestID, key: key, eventID: report.eventID, outcome: "SKIPPED", httpStatus: 0, apnsReason: "",
-                apnsID: "", attempts: 0, event: event) {
-                return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
-            }
-            return try await finishBroadcast(event: event, outcome: "SKIPPED", request: request, requestedAt: requestedAt)
+            return try await settleUnsent(report, outcome: "SKIPPED", request: request, key: key, requestedAt: requestedAt, logger: logger)
         }
         var options = APNsSendOptions()
         var credentialRefusal: String?
@@ -70,20 +63,26 @@ extension SendRequestProcessor {
         case .reject(let reason, let error):
             report.outcome = .rejected
             report.outcomeReason = reason
-            report.completedAtMs = clock.nowMilliseconds()
             logger.info("broadcast refused before sending", ["reason": "\(reason)", "error": error])
-            let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
-            if let found = try await store.insertBroadcastRow(
-                requestID: request.requestID, key: key, eventID: report.eventID, outcome: "REJECTED", httpStatus: 0, apnsReason: "",
-                apnsID: "", attempts: 0, event: event) {
-                return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
-            }
-            return try await finishBroadcast(event: event, outcome: "REJECTED", request: request, requestedAt: requestedAt)
+            return try await settleUnsent(report, outcome: "REJECTED", request: request, key: key, requestedAt: requestedAt, logger: logger)
         case .send(var admitted):
             admitted.apnsRequestID = admitted.apnsRequestID ?? .random()
             apnsRequest = admitted
         }
 
+        return try await sendAdmitted(
+            apnsRequest, report: report, options: options, environment: environment, request: request, key: key, requestedAt: requestedAt,
+            logger: logger)
+    }
+
+    /// An admitted broadcast: its intent row (`PENDING`, holding the `FAILED` `OUTCOME_REASON_UNCONFIRMED`
+    /// report a redelivery would publish), the Apple request, then the outcome recorded and reported.
+    /// - Throws: `PostgresError`, `KafkaError`, `CancellationError` (the intent row stays `PENDING`).
+    private func sendAdmitted(
+        _ apnsRequest: APNsBroadcastRequest, report: BroadcastReport, options: APNsSendOptions, environment: APNsEnvironment,
+        request: SendRequest, key: String, requestedAt: Int64, logger: Logger
+    ) async throws -> RecordOutcome {
+        var report = report
         // The intent: what a redelivery publishes if this process stops before the answer is recorded.
         report.apnsRequestID = apnsRequest.apnsRequestID?.uuidString ?? ""
         report.sentAtMs = clock.nowMilliseconds()
@@ -109,7 +108,7 @@ extension SendRequestProcessor {
         }
         report = outcome.report
         if outcome.channelGone {
-            try await channelNotRegisteredAtApple(bundleID: notification.bundleID, environment: environment, channelID: channelID)
+            try await channelNotRegisteredAtApple(bundleID: report.bundleID, environment: environment, channelID: report.channelID)
         }
         let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
         let name = report.outcome.protoName ?? "FAILED"
@@ -117,6 +116,22 @@ extension SendRequestProcessor {
             requestID: request.requestID, key: key, outcome: name, httpStatus: Int(report.httpStatus), apnsReason: report.apnsReason,
             apnsID: report.apnsRequestID, attempts: Int(report.attempts), event: event)
         return try await finishBroadcast(event: event, outcome: name, request: request, requestedAt: requestedAt)
+    }
+
+    /// A broadcast settled without an Apple request (cancelled, or refused by ``BroadcastAdmission``):
+    /// its row and report recorded, then published; a row found already recorded is published instead.
+    private func settleUnsent(
+        _ report: BroadcastReport, outcome: String, request: SendRequest, key: String, requestedAt: Int64, logger: Logger
+    ) async throws -> RecordOutcome {
+        var report = report
+        report.completedAtMs = clock.nowMilliseconds()
+        let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
+        if let found = try await store.insertBroadcastRow(
+            requestID: request.requestID, key: key, eventID: report.eventID, outcome: outcome, httpStatus: 0, apnsReason: "",
+            apnsID: "", attempts: 0, event: event) {
+            return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
+        }
+        return try await finishBroadcast(event: event, outcome: outcome, request: request, requestedAt: requestedAt)
     }
 
     /// A redelivered broadcast: its recorded report again (same event id), a pending intent settled
