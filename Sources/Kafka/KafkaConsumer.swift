@@ -18,6 +18,9 @@ import Synchronization
 /// See docs/kafka-consumer.md.
 public final class KafkaConsumer: Sendable {
     private let core: ConsumerCore
+    /// The poll thread's heartbeat (`kafka-consumer-poll`), registered in `Heartbeats.shared` while the
+    /// consumer runs.
+    var pollHeartbeat: Heartbeat { core.monitor.heartbeat }
 
     /// Creates the consumer, subscribes to `configuration.topics` and starts polling.
     /// - Throws: `KafkaError` (`invalidArgument`) when librdkafka rejects a property or the subscription.

@@ -23,6 +23,11 @@ public final class Heartbeats: Sendable {
         _ = registered.withLock { $0.removeValue(forKey: ObjectIdentifier(heartbeat)) }
     }
 
+    /// Whether `heartbeat` itself is registered (by identity: several loops may share a name).
+    public func contains(_ heartbeat: Heartbeat) -> Bool {
+        registered.withLock { $0[ObjectIdentifier(heartbeat)] != nil }
+    }
+
     /// Every registered heartbeat's name and age, sorted by name.
     public func snapshot() -> [(name: String, age: Duration)] {
         registered.withLock { Array($0.values) }.map { ($0.name, $0.age) }.sorted { $0.name < $1.name }
