@@ -138,17 +138,21 @@ extension DispatcherEngineSuites {
             }
             try write(["old"])
             let credentials = try CredentialsStore(file: file.path)
-            // Apple holds every answer of the request but the first (a new token connection sends one
-            // request before it fans out): with 100 notifications in flight at most, 101 are sent on
-            // the old key and the request cannot go on until the reload is done.
-            let tokens = (0..<3_000).map { EngineWorld.token("e1", $0) }
-            var faults = APNsSimulatorFaults()
-            faults.hold = .init(tokens: Set(tokens.dropFirst()))
-            world.simulator.setFaults(faults)
+            // A warm-up request confirms the old key's new connection first (a new token connection
+            // sends one request before it fans out, and which of a request's tokens reaches it first
+            // is not fixed). Then Apple holds every answer of the request: with 100 notifications in
+            // flight at most, 101 are sent on the old key and the request cannot go on until the
+            // reload is done.
             let engine = try world.startEngine {
                 $0.credentials = credentials
                 $0.maxInFlightNotifications = 100
             }
+            _ = try await world.produceRequest(Self.request("rotation-warm-up", bundleID: "com.rotate.app", token: EngineWorld.token("f1")))
+            try await eventually("the warm-up request completed") { world.feedback.completions("rotation-warm-up").count == 1 }
+            let tokens = (0..<3_000).map { EngineWorld.token("e1", $0) }
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: Set(tokens))
+            world.simulator.setFaults(faults)
 
             var first = SendRequest(
                 requestID: "rotation-1", target: .deviceTokens(DeviceTokens(deviceTokens: tokens)),
@@ -166,11 +170,11 @@ extension DispatcherEngineSuites {
             #expect(firstReports.count == 3_000 && firstReports.allSatisfy { $0.outcome == .delivered })
             let records = world.simulator.receivedRequests().filter { $0.headers.contains { $0.name == "apns-topic" && $0.value == "com.rotate.app" } }
             let accepted = Dictionary(grouping: records.filter { $0.status == 200 }, by: \.path)
-            #expect(accepted.count == 3_000 && accepted.values.allSatisfy { $0.count == 1 }, "every token accepted once")
+            #expect(accepted.count == 3_001 && accepted.values.allSatisfy { $0.count == 1 }, "every token accepted once")
             let keysUsed = Set(records.compactMap { Self.issuerAndKey($0)?.kid })
             #expect(keysUsed == ["KEYR000001", "KEYR000002"], "the old key before the reload, the new one after: \(keysUsed)")
             #expect(records.last.flatMap { Self.issuerAndKey($0)?.kid } == "KEYR000002")
-            #expect(records.filter { Self.issuerAndKey($0)?.kid == "KEYR000001" }.count == 101, "only the first and the held ones on the old key")
+            #expect(records.filter { Self.issuerAndKey($0)?.kid == "KEYR000001" }.count == 101, "only the warm-up and the held ones on the old key")
 
             // A bad new key: the key before it (KEYR000002) serves the app meanwhile.
             try write(["new", "bad"])
