@@ -28,8 +28,10 @@ extension Dispatcher {
             state.start(received.spawns)
             return received
         }
-        if received.reset {
-            logger.info("partition re-read from an older offset: resetting its state", ["partition": "\(partition)", "offset": "\(message.offset)"])
+        if received.repeated {
+            metrics.recordsRedelivered.increment(labels: [message.topic])
+            logger.debug("record handed out again by the consumer: ignored", ["partition": "\(partition)", "offset": "\(message.offset)"])
+            return
         }
         apply(received.flow, to: partition, consumer)
         // The span is full: notifications of the partition waiting on a timer are parked, so that

@@ -41,8 +41,9 @@ struct EngineStateMachine: Sendable {
         var flow: PartitionScheduler.FlowChange?
         /// The partition's uncommitted span is full: its notifications waiting on a timer should park.
         var atCap = false
-        /// The partition was read again from an older offset: its state started over.
-        var reset = false
+        /// The consumer handed out a record of the partition that it had handed out before in this
+        /// assignment (its offset was taken already): the record is ignored and nothing changes.
+        var repeated = false
     }
 
     /// What a worker does after its records ended.
@@ -131,20 +132,20 @@ struct EngineStateMachine: Sendable {
     // MARK: Records
 
     /// A record arrived from the consumer: its partition's scheduler takes it and may start it.
-    /// Ignored once the process is stopping.
+    /// Ignored once the process is stopping, and when its offset was taken already in this
+    /// assignment (`Received.repeated`): a partition's state starts over only when the partition is
+    /// assigned again (`revocationEnded` drops it), so an older offset within one assignment is the
+    /// consumer handing a record out twice, never a reason to drop the records queued behind it.
     mutating func recordReceived(_ record: KafkaMessage) -> Received {
         guard !stopping else { return Received() }
         let partition = record.topicPartition
         var received = Received()
+        if let slot = slots[partition], !slot.scheduler.stopped, !slot.scheduler.accepts(record.offset) {
+            received.repeated = true
+            return received
+        }
         // Taken out of the dictionary while it changes, so that its queues are not copied.
         var slot = slots.removeValue(forKey: partition) ?? newSlot(for: record.topic)
-        if !slot.scheduler.stopped, !slot.scheduler.accepts(record.offset) {
-            // The consumer re-reads the partition from an older offset (it was revoked and assigned
-            // again): start over; workers of the old generation are ignored.
-            received.reset = true
-            slot.scheduler.stop()
-            slot = newSlot(for: record.topic)
-        }
         let start = slot.scheduler.receive(record)
         received.flow = slot.scheduler.flowChange()
         received.atCap = slot.scheduler.atCap

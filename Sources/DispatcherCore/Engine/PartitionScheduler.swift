@@ -80,8 +80,9 @@ struct PartitionScheduler: Sendable {
     /// Whether the span is full: a notification waiting for a retry should be parked now.
     var atCap: Bool { tracker.uncommitted >= maxUncommitted }
 
-    /// Whether `offset` is above every offset received so far (an older one means the partition is
-    /// being read again from an earlier position).
+    /// Whether `offset` is above every offset received so far. An offset at or below it was taken
+    /// already within this assignment: the consumer handed the record out again (docs/kafka-consumer.md
+    /// "Records handed out twice"), and it is ignored.
     func accepts(_ offset: KafkaOffset) -> Bool {
         if let highestReceived, offset.rawValue <= highestReceived { return false }
         return tracker.accepts(offset)

@@ -19,6 +19,10 @@ struct DispatcherMetrics: Sendable {
     let sendLogWrites: Counter
     /// `push_token_events_applied_total`: token events applied to the token table.
     let tokenEventsApplied: Counter
+    /// `push_records_redelivered_total{topic}`: records the Kafka consumer handed out again within one
+    /// assignment, at an offset taken already; ignored (docs/kafka-consumer.md "Records handed out
+    /// twice"). `topic` is one of the dispatcher's input topics.
+    let recordsRedelivered: Counter
     /// `push_other_environment_tries_total{result}`: tries on the other APNs environment after
     /// `BadDeviceToken` (docs/semantics.md "The other environment after BadDeviceToken"): `corrected`,
     /// `accepted_not_corrected` (a newer registration kept the row, or PostgreSQL failed), `refused`,
@@ -38,6 +42,9 @@ struct DispatcherMetrics: Sendable {
             "push_dead_letters_total", help: "Records kept on the dead-letter topic, by reason.", labelNames: ["reason"])
         sendLogWrites = registry.counter("push_send_log_writes_total", help: "Rows written to send_log (final outcomes recorded).")
         tokenEventsApplied = registry.counter("push_token_events_applied_total", help: "Token events applied to the token table.")
+        recordsRedelivered = registry.counter(
+            "push_records_redelivered_total", help: "Records the Kafka consumer handed out again at an offset taken already (ignored), by topic.",
+            labelNames: ["topic"])
         otherEnvironmentTries = registry.counter(
             "push_other_environment_tries_total", help: "Tries on the other APNs environment after BadDeviceToken, by result.",
             labelNames: ["result"])
