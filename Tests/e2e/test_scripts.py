@@ -118,3 +118,32 @@ def test_readme_second_stack_bullet_names_every_variable_scripts_up_reads():
     missing = sorted(name for name in read if f"`{name}" not in bullet)
     assert not missing, f"the second-stack bullet misses {missing}"
     assert "scripts/down" in bullet
+
+
+def test_bench_reader_reports_a_stall_instead_of_waiting_out_its_deadline(monkeypatch):
+    """A benchmark wait for RequestCompleted events that stop arriving fails as a stall after
+    BENCH_STALL_S, naming what arrived and the dispatcher's engine gauges, long before its deadline
+    (a run of scripts/bench-e2e once waited out its whole deadline for requests the engine had lost)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+    import benchlib
+    monkeypatch.setenv("BENCH_STALL_S", "2")
+    env = stack.stack_env()
+    pid = stack.Dispatcher.stack().pid
+    reader = benchlib.CompletionReader(env["PUSH_KAFKA_BOOTSTRAP"], [stack.FEEDBACK], "stall-" + stack.random_token(4),
+                                       group="stall-test-" + stack.random_token(4), dispatcher_pid=pid)
+    try:
+        started = time.monotonic()
+        try:
+            reader.wait(["never-sent-1", "never-sent-2"], timeout=120, what="stall check")
+        except benchlib.BenchError as error:
+            message = str(error)
+        else:
+            raise AssertionError("the wait returned for requests never sent")
+        elapsed = time.monotonic() - started
+    finally:
+        reader.close()
+    assert elapsed < 30, f"the stall was reported after {elapsed:.0f} s"
+    assert "stall check: stalled: none for 2 s with 0/2 RequestCompleted arrived" in message, message
+    assert "first missing: never-sent-1" in message, message
+    assert "push_records_in_flight=0" in message, message

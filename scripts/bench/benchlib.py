@@ -222,17 +222,29 @@ class CompletionReader:
             self.error = error
 
     def wait(self, ids: list[str], timeout: float, what: str) -> list[tuple[float, object]]:
-        """The (seen_ms, RequestCompleted) of every id, waiting at most `timeout` seconds."""
+        """The (seen_ms, RequestCompleted) of every id, waiting at most `timeout` seconds, and failing
+        sooner when no feedback record at all arrived for BENCH_STALL_S (60) seconds while some are
+        missing (a fan-out's delivery reports count, so one long request is no stall): a stall, named
+        with the dispatcher's engine gauges, instead of a wait to the deadline."""
         deadline = time.monotonic() + timeout
+        stall_s = float(os.environ.get("BENCH_STALL_S") or 60)
         pending = [i for i in ids if i not in self.completed]
+        progress_at, progress = time.monotonic(), (len(pending), self.records)
         while pending:
             if self.error:
                 raise BenchError(f"{what}: the feedback reader failed: {self.error}")
             if not Path(f"/proc/{self.dispatcher_pid}").exists():
                 raise BenchError(f"{what}: the dispatcher (pid {self.dispatcher_pid}) exited; see {VAR_DIR}/log/dispatcher.log")
-            if time.monotonic() > deadline:
-                raise BenchError(f"{what}: only {len(ids) - len(pending)}/{len(ids)} RequestCompleted arrived within "
-                                 f"{timeout:g} s (first missing: {pending[0]}; reader saw {self.records} records)")
+            now = time.monotonic()
+            if (len(pending), self.records) != progress:
+                progress_at, progress = now, (len(pending), self.records)
+            arrived = f"{len(ids) - len(pending)}/{len(ids)} RequestCompleted arrived"
+            if now > deadline:
+                raise BenchError(f"{what}: only {arrived} within {timeout:g} s (first missing: {pending[0]}; "
+                                 f"reader saw {self.records} records; {engine_gauges()})")
+            if now - progress_at > stall_s:
+                raise BenchError(f"{what}: stalled: none for {stall_s:g} s with {arrived} (first missing: {pending[0]}; "
+                                 f"reader saw {self.records} records; {engine_gauges()})")
             time.sleep(0.02)
             pending = [i for i in pending if i not in self.completed]
         return [self.completed[i] for i in ids]
@@ -241,6 +253,26 @@ class CompletionReader:
         self._stop.set()
         self._thread.join(5)
         self.consumer.close()
+
+
+ENGINE_GAUGES = ("push_records_in_flight", "push_uncommitted_records", "push_kafka_consumer_lag", "push_pending_retries")
+
+
+def engine_gauges() -> str:
+    """The dispatcher's engine gauges from its admin port, summed over labels, as `name=value` items
+    (what a stall looks like from inside: records held, uncommitted, lag)."""
+    try:
+        status, body, _ = pushstack.admin("dispatcher", "/metrics", timeout=5)
+    except OSError as error:
+        return f"dispatcher metrics unavailable: {error}"
+    if status != 200:
+        return f"dispatcher metrics answered {status}"
+    totals: dict[str, float] = {}
+    for line in body.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in ENGINE_GAUGES:
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return ", ".join(f"{name}={totals[name]:g}" for name in ENGINE_GAUGES if name in totals) or "no engine gauges"
 
 
 # ---- CPU time per notification, from /proc
