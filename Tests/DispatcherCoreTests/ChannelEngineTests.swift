@@ -66,6 +66,30 @@ extension DispatcherEngineSuites {
             return try DeadLetter(protobufBytes: record.value)
         }
 
+        /// Runs `body` on a world and an engine started with `configure`, then stops the engine and
+        /// closes the world, whether `body` threw or not.
+        static func withEngine(
+            _ world: EngineWorld, configure: (inout DispatcherConfiguration) -> Void = { _ in },
+            _ body: (EngineWorld, RunningEngine) async throws -> Void
+        ) async throws {
+            let engine: RunningEngine
+            do {
+                engine = try world.startEngine(configure: configure)
+            } catch {
+                await world.close()
+                throw error
+            }
+            do {
+                try await body(world, engine)
+            } catch {
+                try? await engine.stop()
+                await world.close()
+                throw error
+            }
+            try await engine.stop()
+            await world.close()
+        }
+
         static func requests(_ world: EngineWorld, _ method: String) -> Int {
             world.simulator.receivedRequests().filter { $0.method == method && $0.path == "/1/apps/\(bundleID)/channels" }.count
         }
@@ -75,9 +99,7 @@ extension DispatcherEngineSuites {
         /// simulator no longer has it and DELETED is published; the delete again → DELETED again, no
         /// Apple request.
         @Test func createRepeatAndDelete() async throws {
-            let world = try await EngineWorld()
-            let engine = try world.startEngine()
-            do {
+            try await Self.withEngine(try await EngineWorld()) { world, engine in
                 try await Self.produce(Self.command(.create, "match-1"), in: world)
                 try await eventually("CREATED published") { Self.events("match-1", in: world).count == 1 }
                 let created = try #require(Self.events("match-1", in: world).first)
@@ -106,21 +128,13 @@ extension DispatcherEngineSuites {
                 try await eventually("DELETED republished") { Self.events("match-1", in: world).count == 4 }
                 #expect(Self.events("match-1", in: world)[3].id == deleted.id)
                 #expect(Self.requests(world, "DELETE") == 1)
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
 
         /// With a limit of 10: ten channels are created; the 11th is refused locally (FAILED
         /// OUTCOME_REASON_CHANNEL_LIMIT) with no request to the simulator.
         @Test func theEleventhChannelIsRefusedLocally() async throws {
-            let world = try await EngineWorld()
-            let engine = try world.startEngine { $0.channels.limit = 10 }
-            do {
+            try await Self.withEngine(try await EngineWorld(), configure: { $0.channels.limit = 10 }) { world, engine in
                 for index in 0..<10 { try await Self.produce(Self.command(.create, "c\(index)"), in: world) }
                 try await eventually("ten CREATED") {
                     (0..<10).allSatisfy { Self.events("c\($0)", in: world).contains { $0.event.kind == .created } }
@@ -134,21 +148,13 @@ extension DispatcherEngineSuites {
                 #expect(Self.requests(world, "POST") == 10)
                 #expect(try await Self.row("c10", in: world) == nil)
                 #expect(try await Self.atApple(engine).count == 10)
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
 
         /// Apple's own limit (channels made outside the platform count there): CannotCreateChannelConfig
         /// is FAILED OUTCOME_REASON_CHANNEL_LIMIT with Apple's reason, and the row is failed.
         @Test func applesLimitIsTheSameReason() async throws {
-            let world = try await EngineWorld(channelLimit: 1)
-            let engine = try world.startEngine()
-            do {
+            try await Self.withEngine(try await EngineWorld(channelLimit: 1)) { world, engine in
                 try await Self.produce(Self.command(.create, "first"), in: world)
                 try await eventually("first CREATED") { Self.events("first", in: world).contains { $0.event.kind == .created } }
                 try await Self.produce(Self.command(.create, "second"), in: world)
@@ -157,21 +163,13 @@ extension DispatcherEngineSuites {
                 #expect(refused.kind == .failed && refused.outcomeReason == .channelLimit)
                 #expect(refused.apnsReason == "CannotCreateChannelConfig" && refused.httpStatus == 400)
                 #expect(try await Self.row("second", in: world)?.state == .failed)
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
 
         /// A channel created with delete_after_ms is deleted at Apple by hygiene, marked deleted and
         /// announced DELETED, within a deadline.
         @Test func hygieneDeletesAChannelPastItsDeleteAfter() async throws {
-            let world = try await EngineWorld()
-            let engine = try world.startEngine { $0.channels.hygieneInterval = .milliseconds(200) }
-            do {
+            try await Self.withEngine(try await EngineWorld(), configure: { $0.channels.hygieneInterval = .milliseconds(200) }) { world, engine in
                 try await Self.produce(Self.command(.create, "short", deleteAfterMs: 500), in: world)
                 try await eventually("CREATED") { Self.events("short", in: world).contains { $0.event.kind == .created } }
                 let created = try #require(Self.events("short", in: world).first?.event)
@@ -181,13 +179,7 @@ extension DispatcherEngineSuites {
                 }
                 #expect(try await Self.row("short", in: world)?.state == .deleted)
                 #expect(try await Self.atApple(engine).isEmpty)
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
 
         /// A create that crashed (a `creating` row two minutes old, its channel made at Apple but never
@@ -195,9 +187,7 @@ extension DispatcherEngineSuites {
         /// the row active with the new id and CREATED published. A channel the app has at Apple beside an
         /// active row is kept only when a row knows it.
         @Test func hygieneRecoversACrashedCreate() async throws {
-            let world = try await EngineWorld()
-            let engine = try world.startEngine { $0.channels.hygieneInterval = .milliseconds(200) }
-            do {
+            try await Self.withEngine(try await EngineWorld(), configure: { $0.channels.hygieneInterval = .milliseconds(200) }) { world, engine in
                 try await Self.produce(Self.command(.create, "kept"), in: world)
                 try await eventually("kept CREATED") { Self.events("kept", in: world).contains { $0.event.kind == .created } }
                 let kept = try #require(try await Self.row("kept", in: world)?.channelID)
@@ -215,20 +205,12 @@ extension DispatcherEngineSuites {
                 let recovered = try #require(try await Self.row("crashed", in: world))
                 #expect(recovered.state == .active && recovered.channelID != nil && recovered.channelID != orphan)
                 #expect(Set(try await Self.atApple(engine)) == [kept, recovered.channelID ?? ""])
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
 
         /// A bad command is dead-lettered naming the field, and the partition goes on.
         @Test func aBadCommandIsDeadLettered() async throws {
-            let world = try await EngineWorld()
-            let engine = try world.startEngine()
-            do {
+            try await Self.withEngine(try await EngineWorld()) { world, engine in
                 var bad = Self.command(.create, "has space")
                 bad.name = "has space"
                 try await Self.produce(bad, in: world)
@@ -238,13 +220,7 @@ extension DispatcherEngineSuites {
                 #expect(letter.error.hasPrefix("name:"), "\(letter.error)")
                 #expect(letter.originalKey == Array("\(Self.bundleID)/production/has space".utf8))
                 #expect(Self.events("has space", in: world).isEmpty)
-            } catch {
-                try? await engine.stop()
-                await world.close()
-                throw error
             }
-            try await engine.stop()
-            await world.close()
         }
     }
 }
