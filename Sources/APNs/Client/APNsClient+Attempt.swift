@@ -83,6 +83,12 @@ extension APNsClient {
         return AttemptAnswer(raw: raw, connection: connection, jwt: jwt)
     }
 
+    /// Retires `connection` after Apple answered `status` `reason` on it (503 `Shutdown`, 400
+    /// `IdleTimeout`: the request is retried on a new connection).
+    func retire(_ connection: PooledConnection, answered status: Int, _ reason: APNsReason?, pool: APNsConnectionPool) {
+        pool.retire(connection, cause: "retry_on_new_connection", because: "APNs answered \(status) \(reason?.rawValue ?? "")")
+    }
+
     /// Performs what a failed stream means for its connection (``APNsStreamFailure``), the part every
     /// request shares: a stream Apple did not process retires a connection going away; a timed-out
     /// stream is the pool's to judge (its PING); a lost connection is retired, and fed to the circuit

@@ -186,8 +186,7 @@ extension APNsClient {
         case .none:
             return nil
         case .retire:
-            pool.retire(answered.connection, cause: "retry_on_new_connection",
-                        because: "APNs answered \(answered.answer.status) \(answered.answer.reason?.rawValue ?? "")")
+            retire(answered.connection, answered: answered.answer.status, answered.answer.reason, pool: pool)
             return nil
         case .renewProviderToken:
             var response = APNsResponse(status: answered.answer.status, headers: [], body: [])

@@ -369,8 +369,7 @@ extension APNsClient {
         case .none:
             return nil
         case .retire:
-            pool.retire(answered.connection, cause: "retry_on_new_connection",
-                        because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
+            retire(answered.connection, answered: answered.response.status, answered.response.reason, pool: pool)
             return nil
         case .newConnectionForTopic:
             return pool.replaceConnectionsForTopic(answeredOn: answered.connection) ? nil : final
