@@ -229,4 +229,37 @@ import Testing
             #expect(readError?.code == .retryHorizonExceeded && (readError?.attempts ?? 0) > 1)
         }
     }
+
+    /// A channel request refused with 403 `ExpiredProviderToken` is answered after one provider-token
+    /// renewal (``APNsChannelRetry``: a new JWT, retried once): the second send carries a later `iat`
+    /// on a new connection, and the answer returned is Apple's second, with attempts 2.
+    @Test func aChannelRequestIsAnsweredAfterAProviderTokenRenewal() async throws {
+        try await withSimulator { harness in
+            let registry = MetricsRegistry()
+            let tokens = try harness.credentials.tokens(clock: harness.clock, metrics: registry)
+            let client = APNsClient(
+                configuration: configuration(harness), tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical), metrics: registry)
+            defer { Task { await client.shutdown() } }
+            let id = try await created(client, policy: .noMessageStored)
+            let first = try #require(tokens.currentIssuedAt)
+            // APNs now refuses that JWT as expired (as it would with our clock behind its own).
+            var faults = APNsSimulatorFaults()
+            faults.providerTokensExpiredThroughIat = first
+            harness.simulator.setFaults(faults)
+            let before = harness.simulator.receivedRequests().count
+
+            let read = try await client.readChannel(bundleID: Credentials.app, environment: .production, channelID: id)
+            #expect(read.status == 200 && read.reason == nil && read.messageStoragePolicy == .noMessageStored && read.channelID == id)
+            #expect(read.attempts == 2)
+            let sent = Array(harness.simulator.receivedRequests().dropFirst(before))
+            #expect(sent.map(\.status) == [403, 200])
+            #expect(sent.map(\.path) == ["/1/apps/\(Credentials.app)/channels", "/1/apps/\(Credentials.app)/channels"])
+            let iats = sent.compactMap { $0.jwt?.claims["iat"]?.integerValue }
+            #expect(iats.count == 2 && iats[0] == first && iats[1] > first, "the retry carries a new iat: \(iats)")
+            if sent.count == 2 { #expect(sent[0].connectionID != sent[1].connectionID, "on a new connection") }
+            #expect(tokens.mintCount == 2, "one renewal")
+            #expect(client.metrics["jwt_renewals"] == 1)
+            #expect(registry.value("push_apns_jwt_mints_total") == 2)
+        }
+    }
 }

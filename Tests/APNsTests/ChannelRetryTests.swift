@@ -10,11 +10,21 @@ import Testing
         APNsChannelRetry(request: request, backoff: backoff, maxUnprocessedResends: 2, deadlineMilliseconds: deadline)
     }
 
+    @Test func aFinalDecisionCarriesTheAnswerWithItsAttempts() {
+        var machine = retry(.read)
+        let refused = APNsChannelAnswer(status: 503, reason: .serviceUnavailable, channelID: "c1")
+        #expect(machine.handle(.answered(refused), nowMilliseconds: 0, random: 1) == .retry(after: .milliseconds(100), change: .none))
+        let gone = APNsChannelAnswer(status: 400, reason: .channelNotRegistered, channelID: "c1")
+        var expected = gone
+        expected.attempts = 2
+        #expect(machine.handle(.answered(gone), nowMilliseconds: 100, random: 1) == .final(expected))
+    }
+
     @Test func aBroadcastAnswerIsAlwaysFinalAndALostOneIsUnconfirmed() {
         for (status, reason) in [(200, nil), (500, APNsReason.internalServerError), (503, .serviceUnavailable), (503, .shutdown),
                                  (429, .tooManyRequests), (403, .expiredProviderToken), (400, .channelNotRegistered)] as [(Int, APNsReason?)] {
             var machine = retry(.broadcast)
-            #expect(machine.handle(.answered(status: status, reason: reason), nowMilliseconds: 0, random: 1) == .final, "\(status)")
+            #expect(machine.handle(.answered(APNsChannelAnswer(status: status, reason: reason)), nowMilliseconds: 0, random: 1).isFinal, "\(status)")
             #expect(machine.attempts == 1)
         }
         var lost = retry(.broadcast)
@@ -32,21 +42,21 @@ import Testing
     @Test func managementRetriesServerErrorsWithBackoffUntilTheDeadline() {
         for request in [APNsChannelRetry.Request.create, .read, .delete, .list] {
             var machine = retry(request, deadline: 350)
-            #expect(machine.handle(.answered(status: 503, reason: .serviceUnavailable), nowMilliseconds: 0, random: 1)
+            #expect(machine.handle(.answered(APNsChannelAnswer(status: 503, reason: .serviceUnavailable)), nowMilliseconds: 0, random: 1)
                 == .retry(after: .milliseconds(100), change: .none))
-            #expect(machine.handle(.answered(status: 429, reason: .tooManyRequests), nowMilliseconds: 100, random: 1)
+            #expect(machine.handle(.answered(APNsChannelAnswer(status: 429, reason: .tooManyRequests)), nowMilliseconds: 100, random: 1)
                 == .retry(after: .milliseconds(200), change: .none))
-            #expect(machine.handle(.answered(status: 500, reason: .internalServerError), nowMilliseconds: 300, random: 1) == .final,
+            #expect(machine.handle(.answered(APNsChannelAnswer(status: 500, reason: .internalServerError)), nowMilliseconds: 300, random: 1).isFinal,
                     "past the deadline Apple's last answer is the result")
             #expect(machine.attempts == 3)
             var fatal = retry(request)
-            #expect(fatal.handle(.answered(status: 400, reason: .cannotCreateChannelConfig), nowMilliseconds: 0, random: 1) == .final)
+            #expect(fatal.handle(.answered(APNsChannelAnswer(status: 400, reason: .cannotCreateChannelConfig)), nowMilliseconds: 0, random: 1).isFinal)
             var shutdown = retry(request)
-            #expect(shutdown.handle(.answered(status: 503, reason: .shutdown), nowMilliseconds: 0, random: 1) == .retry(after: .zero, change: .retire))
+            #expect(shutdown.handle(.answered(APNsChannelAnswer(status: 503, reason: .shutdown)), nowMilliseconds: 0, random: 1) == .retry(after: .zero, change: .retire))
             var expired = retry(request)
-            #expect(expired.handle(.answered(status: 403, reason: .expiredProviderToken), nowMilliseconds: 0, random: 1)
+            #expect(expired.handle(.answered(APNsChannelAnswer(status: 403, reason: .expiredProviderToken)), nowMilliseconds: 0, random: 1)
                 == .retry(after: .zero, change: .renewProviderToken))
-            #expect(expired.handle(.answered(status: 403, reason: .expiredProviderToken), nowMilliseconds: 0, random: 1) == .final, "renewed once")
+            #expect(expired.handle(.answered(APNsChannelAnswer(status: 403, reason: .expiredProviderToken)), nowMilliseconds: 0, random: 1).isFinal, "renewed once")
         }
     }
 
@@ -70,5 +80,12 @@ import Testing
             #expect(reason.rawValue == name && reason.httpStatus == 400 && reason.action == .reject, "\(name)")
             if case .unknown = reason { Issue.record("\(name) is unknown") }
         }
+    }
+}
+
+extension APNsChannelRetry.Action {
+    /// Whether Apple's answer is the result.
+    var isFinal: Bool {
+        if case .final = self { true } else { false }
     }
 }

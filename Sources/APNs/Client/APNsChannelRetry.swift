@@ -37,8 +37,8 @@ public struct APNsChannelRetry: Sendable {
 
     /// What one attempt came to.
     public enum Outcome: Sendable, Hashable {
-        /// Apple answered with `status` and `reason`.
-        case answered(status: Int, reason: APNsReason?)
+        /// Apple answered (its `status` and `reason` decide); a final decision returns this answer.
+        case answered(APNsChannelAnswer)
         /// No connection or no free stream within the attempt's budget: nothing was sent.
         case notSent
         /// Sent, but Apple provably did not process it (above a GOAWAY's last-stream-id,
@@ -70,8 +70,9 @@ public struct APNsChannelRetry: Sendable {
 
     /// The decision.
     public enum Action: Sendable, Hashable {
-        /// Apple's answer is the result.
-        case final
+        /// Apple's answer is the result: the attempt's answer, its ``APNsChannelAnswer/attempts`` set to
+        /// the attempts so far.
+        case final(APNsChannelAnswer)
         /// Send again after `delay` (zero: at once), after `change`.
         case retry(after: Duration, change: ConnectionChange)
         /// Give up: the caller throws (or returns Apple's last answer when the deadline stopped it).
@@ -115,19 +116,20 @@ public struct APNsChannelRetry: Sendable {
             attempts += 1
             guard request.isRepeatable else { return .stop(.mayHaveBeenSent) }
             return backOff(now: now, random: random) ?? .stop(.deadline)
-        case .answered(let status, let reason):
+        case .answered(var answer):
             attempts += 1
-            guard request != .broadcast else { return .final }
-            switch (status, reason) {
+            answer.attempts = attempts
+            guard request != .broadcast else { return .final(answer) }
+            switch (answer.status, answer.reason) {
             case (403, .expiredProviderToken?) where !renewedProviderToken:
                 renewedProviderToken = true
                 return .retry(after: .zero, change: .renewProviderToken)
             case (503, .shutdown?), (400, .idleTimeout?):
-                return now <= deadlineMilliseconds ? .retry(after: .zero, change: .retire) : .final
+                return now <= deadlineMilliseconds ? .retry(after: .zero, change: .retire) : .final(answer)
             case (429, _), (500, _), (503, _):
-                return backOff(now: now, random: random) ?? .final
+                return backOff(now: now, random: random) ?? .final(answer)
             default:
-                return .final
+                return .final(answer)
             }
         }
     }

@@ -129,13 +129,16 @@ extension APNsClient {
             let outcome: APNsChannelRetry.Outcome
             var answered: (answer: APNsChannelAnswer, connection: PooledConnection, jwt: APNsJWT?)?
             do {
-                guard let exchanged = try await channelExchange(method: method, path: path, headers: allHeaders, body: body, channelID: channelID, pool: pool)
-                else { continue }
-                answered = exchanged
-                lastAnswer = exchanged.answer
-                outcome = .answered(status: exchanged.answer.status, reason: exchanged.answer.reason)
-                metrics.channelRequests.increment(labels: labels + [String(exchanged.answer.status), exchanged.answer.reason?.rawValue ?? ""])
-                if let reason = exchanged.answer.reason { metrics.increment("reason_\(reason.rawValue)") }
+                guard let exchanged = try await attemptExchange(on: pool, started: .now, countsEvery2xxAs200: true, request: { authorization in
+                    HTTP2Request(method: method, path: path, authority: pool.authority,
+                                 headers: authorization.map { allHeaders + [HTTP2Header("authorization", $0)] } ?? allHeaders, body: body)
+                }) else { continue }
+                let answer = APNsChannelAnswer(status: exchanged.raw.status, headers: exchanged.raw.headers, body: exchanged.raw.body, channelID: channelID)
+                answered = (answer, exchanged.connection, exchanged.jwt)
+                lastAnswer = answer
+                outcome = .answered(answer)
+                metrics.channelRequests.increment(labels: labels + [String(answer.status), answer.reason?.rawValue ?? ""])
+                if let reason = answer.reason { metrics.increment("reason_\(reason.rawValue)") }
             } catch AttemptFailure.noConnection(let error) {
                 if Task.isCancelled { throw CancellationError() }
                 lastError = error
@@ -143,79 +146,76 @@ extension APNsClient {
                 outcome = .notSent
             } catch AttemptFailure.sent(let error, let connection, let sentAt) {
                 lastError = error
-                switch APNsStreamFailure.classify(error, connectionUsable: connection.connection.isUsable, taskCancelled: Task.isCancelled) {
-                case .cancelled:
-                    // Not an outcome: the caller stopped. A broadcast may have left already, so a caller
-                    // that may run again keeps its own record of having sent it (the dispatcher's intent row).
-                    throw CancellationError()
-                case .notProcessed(let retire):
-                    metrics.increment("unprocessed_resends")
-                    if retire { pool.retire(connection, cause: "goaway", because: "going away") }
-                    outcome = .notProcessed
-                case .timedOut:
-                    metrics.increment("timeouts")
-                    pool.streamTimedOut(on: connection, started: sentAt)
-                    outcome = .lost
-                case .connectionLost(let retire):
-                    metrics.increment("connection_errors")
-                    if retire { pool.retire(connection, cause: "request_failed", because: "request failed: \(error.code)") }
-                    outcome = .lost
-                case .unexpected:
-                    outcome = .lost
-                }
+                // Cancelled: not an outcome, thrown. A broadcast may have left already, so a caller that
+                // may run again keeps its own record of having sent it (the dispatcher's intent row).
+                let failure = try streamFailure(error, on: connection, sentAt: sentAt, pool: pool, feedsBreaker: false)
+                outcome = if case .notProcessed = failure { .notProcessed } else { .lost }
                 if outcome == .lost { metrics.channelRequests.increment(labels: labels + ["none", "no_answer"]) }
             }
             switch retry.handle(outcome, nowMilliseconds: configuration.clock.nowMilliseconds()) {
-            case .final:
-                var answer = answered!.answer
-                answer.attempts = retry.attempts
+            case .final(let answer):
                 return answer
             case .retry(let delay, let change):
-                if let answered {
-                    switch change {
-                    case .none:
-                        break
-                    case .retire:
-                        pool.retire(answered.connection, cause: "retry_on_new_connection",
-                                    because: "APNs answered \(answered.answer.status) \(answered.answer.reason?.rawValue ?? "")")
-                    case .renewProviderToken:
-                        var response = APNsResponse(status: answered.answer.status, headers: [], body: [])
-                        response.reason = answered.answer.reason
-                        response.date = answered.answer.date
-                        if let jwt = answered.jwt, let cache = pool.credentials.providerTokens,
-                           !renewProviderToken(jwt, cache: cache, response: response, pool: pool) {
-                            var answer = answered.answer
-                            answer.attempts = retry.attempts
-                            return answer
-                        }
-                    }
-                }
+                if let answered, let final = changeConnection(change, answered, attempts: retry.attempts, pool: pool) { return final }
                 if outcome != .notProcessed { metrics.retriesTotal.increment(labels: ["channel_\(kind.rawValue)"]) }
                 if delay > .zero {
                     if let waiter = options.waiter {
-                        let reason: APNsRetryReason = if case .answered(let status, _) = outcome { .serverError(status: status) } else { .connectionFailure }
+                        let reason: APNsRetryReason = if case .answered(let answer) = outcome { .serverError(status: answer.status) } else { .connectionFailure }
                         try await waiter.wait(delay, attemptsSoFar: retry.attempts, reason: reason)
                     } else {
                         try await Task.sleep(for: delay)
                     }
                 }
             case .stop(let why):
-                switch why {
-                case .mayHaveBeenSent:
-                    throw unconfirmed(kind, lastError, path: path, attempts: retry.attempts)
-                case .deadline:
-                    if var answer = lastAnswer {
-                        answer.attempts = retry.attempts
-                        return answer
-                    }
-                    throw APNsError(code: .retryHorizonExceeded,
-                                    message: "no answer from \(pool.endpoint.host):\(pool.endpoint.port) to \(method) \(path) before the retry deadline after \(retry.attempts) attempts: \(lastError?.message ?? "no connection")",
-                                    cause: lastError, attempts: retry.attempts)
-                case .tooManyUnprocessedResends:
-                    throw APNsError(code: .deliveryFailed, message: "\(method) \(path) sent \(retry.unprocessedResends) times without APNs processing it",
-                                    cause: lastError, attempts: retry.attempts)
+                if why == .deadline, var answer = lastAnswer {
+                    answer.attempts = retry.attempts
+                    return answer
                 }
+                throw stopError(why, kind, retry, lastError, method: method, path: path, pool: pool)
             }
+        }
+    }
+
+    /// Performs the connection change a retry asks for after Apple's `answered`; returns that answer
+    /// as final when its JWT could not be renewed (a provider fault).
+    private func changeConnection(
+        _ change: APNsChannelRetry.ConnectionChange, _ answered: (answer: APNsChannelAnswer, connection: PooledConnection, jwt: APNsJWT?),
+        attempts: Int, pool: APNsConnectionPool
+    ) -> APNsChannelAnswer? {
+        switch change {
+        case .none:
+            return nil
+        case .retire:
+            retire(answered.connection, answered: answered.answer.status, answered.answer.reason, pool: pool)
+            return nil
+        case .renewProviderToken:
+            var response = APNsResponse(status: answered.answer.status, headers: [], body: [])
+            response.reason = answered.answer.reason
+            response.date = answered.answer.date
+            guard let jwt = answered.jwt, let cache = pool.credentials.providerTokens,
+                  !renewProviderToken(jwt, cache: cache, response: response, pool: pool)
+            else { return nil }
+            var answer = answered.answer
+            answer.attempts = attempts
+            return answer
+        }
+    }
+
+    /// The error when retrying stops without an answer to return.
+    private func stopError(
+        _ why: APNsChannelRetry.Stop, _ kind: APNsChannelRetry.Request, _ retry: APNsChannelRetry, _ lastError: HTTP2Error?,
+        method: String, path: String, pool: APNsConnectionPool
+    ) -> APNsError {
+        switch why {
+        case .mayHaveBeenSent:
+            return unconfirmed(kind, lastError, path: path, attempts: retry.attempts)
+        case .deadline:
+            return APNsError(code: .retryHorizonExceeded,
+                             message: "no answer from \(pool.endpoint.host):\(pool.endpoint.port) to \(method) \(path) before the retry deadline after \(retry.attempts) attempts: \(lastError?.message ?? "no connection")",
+                             cause: lastError, attempts: retry.attempts)
+        case .tooManyUnprocessedResends:
+            return APNsError(code: .deliveryFailed, message: "\(method) \(path) sent \(retry.unprocessedResends) times without APNs processing it",
+                             cause: lastError, attempts: retry.attempts)
         }
     }
 
@@ -225,56 +225,5 @@ extension APNsClient {
             code: .unconfirmed,
             message: "the \(kind.rawValue) request \(path) was sent and no answer came (\(error?.message ?? "no answer")): APNs may have carried it out; not sent again",
             cause: error, attempts: max(attempts, 1))
-    }
-
-    /// Leases a stream, chooses the JWT, sends, and returns Apple's answer; nil when the connection it
-    /// got had to be retired first (its JWT could neither be kept nor changed).
-    /// - Throws: ``AttemptFailure`` when nothing was answered; `APNsError` `.signingFailed`.
-    private func channelExchange(
-        method: String, path: String, headers: [HTTP2Header], body: [UInt8], channelID: String?, pool: APNsConnectionPool
-    ) async throws -> (answer: APNsChannelAnswer, connection: PooledConnection, jwt: APNsJWT?)? {
-        let budget = APNsAttemptBudget(requestTimeout: configuration.requestTimeout, connectTimeout: configuration.connectTimeout)
-        let started = ContinuousClock.now
-        let connection: PooledConnection
-        do {
-            connection = try await pool.acquire(waitingAtMost: budget.total)
-        } catch let error as HTTP2Error {
-            throw AttemptFailure.noConnection(error)
-        }
-        let choice: APNsConnectionPool.ProviderTokenChoice
-        do {
-            choice = try pool.providerToken(for: connection)
-        } catch {
-            pool.release(connection, status: nil)
-            throw error
-        }
-        var headers = headers
-        let jwt: APNsJWT?
-        switch choice {
-        case .certificate:
-            jwt = nil
-        case .send(let token, let authorization):
-            jwt = token
-            headers.append(HTTP2Header("authorization", authorization))
-        case .retireConnection:
-            pool.release(connection, status: nil)
-            pool.retire(connection, cause: "jwt", because: "its JWT can neither be kept nor changed yet")
-            return nil
-        }
-        let request = HTTP2Request(method: method, path: path, authority: pool.authority, headers: headers, body: body)
-        let sentAt = ContinuousClock.now
-        let raw: HTTP2Response
-        do {
-            raw = try await connection.connection.send(request, timeout: budget.streamTimeout(afterWaiting: started.duration(to: sentAt)))
-        } catch let error as HTTP2Error {
-            pool.release(connection, status: nil)
-            throw AttemptFailure.sent(error, connection, sentAt)
-        } catch {
-            pool.release(connection, status: nil)
-            throw error
-        }
-        // A 2xx trusts a new token-auth connection like a device push's 200 (it may fan out now).
-        pool.release(connection, status: (200..<300).contains(raw.status) ? 200 : raw.status)
-        return (APNsChannelAnswer(status: raw.status, headers: raw.headers, body: raw.body, channelID: channelID), connection, jwt)
     }
 }

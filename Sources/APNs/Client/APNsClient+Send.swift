@@ -88,11 +88,30 @@ extension APNsClient {
         }
     }
 
-    /// One attempt's result: the event for the retry machine, and Apple's answer if one came.
+    /// One attempt's result: Apple's answer, or the event for the retry machine when none came.
     struct Attempt {
-        let event: APNsRetryStateMachine.Event
-        var answered: Answered?
+        enum Result {
+            /// Apple answered: the retry machine's event is the answer's status and reason.
+            case answered(Answered)
+            /// No answer: what happened instead.
+            case failed(APNsRetryStateMachine.Event)
+        }
+
+        let result: Result
         let started: ContinuousClock.Instant
+
+        /// The event for the retry machine.
+        var event: APNsRetryStateMachine.Event {
+            switch result {
+            case .answered(let answered): .response(status: answered.response.status, reason: answered.response.reason)
+            case .failed(let event): event
+            }
+        }
+
+        /// Apple's answer, if one came.
+        var answered: Answered? {
+            if case .answered(let answered) = result { answered } else { nil }
+        }
     }
 
     /// Apple's answer to an attempt, the connection it came on and the JWT it carried.
@@ -100,16 +119,6 @@ extension APNsClient {
         var response: APNsResponse
         let connection: PooledConnection
         let jwt: APNsJWT?
-    }
-
-    /// How one attempt failed before an answer.
-    enum AttemptFailure: Error {
-        /// No connection (or no free stream) within the attempt's budget: nothing was sent.
-        case noConnection(HTTP2Error)
-        /// The stream on `connection`, sent at the instant given, failed.
-        case sent(HTTP2Error, PooledConnection, ContinuousClock.Instant)
-        /// The circuit breaker opened while waiting for a stream: nothing sent.
-        case circuitOpen(Duration)
     }
 
     private func retryMachine(for request: APNsRequest, options: APNsSendOptions) -> APNsRetryStateMachine {
@@ -216,74 +225,27 @@ extension APNsClient {
     private func attempt(_ send: inout SendState, pool: APNsConnectionPool, isTrial: Bool) async throws -> Attempt? {
         let started = ContinuousClock.now
         do {
-            guard let answered = try await exchange(send, pool: pool, isTrial: isTrial, started: started) else { return nil }
-            send.lastResponse = answered.response
-            return Attempt(event: .response(status: answered.response.status, reason: answered.response.reason), answered: answered, started: started)
+            let request = send.request
+            guard let exchanged = try await attemptExchange(on: pool, started: started, circuitTrial: isTrial, request: { authorization in
+                makeRequest(request, pool: pool, authorization: authorization)
+            }) else { return nil }
+            var response = APNsResponse(status: exchanged.raw.status, headers: exchanged.raw.headers, body: exchanged.raw.body)
+            response.attempts = send.machine.attempts + 1
+            response.unprocessedResends = send.machine.unprocessedResends
+            send.lastResponse = response
+            return Attempt(result: .answered(Answered(response: response, connection: exchanged.connection, jwt: exchanged.jwt)), started: started)
         } catch AttemptFailure.circuitOpen(let wait) {
-            return Attempt(event: .circuitOpen(wait: wait), started: started)
+            return Attempt(result: .failed(.circuitOpen(wait: wait)), started: started)
         } catch AttemptFailure.noConnection(let error) {
             if Task.isCancelled { throw CancellationError() }
             send.lastError = error
             pool.recordFailure(on: nil)
             metrics.increment("no_connection")
-            return Attempt(event: .noConnection, started: started)
+            return Attempt(result: .failed(.noConnection), started: started)
         } catch AttemptFailure.sent(let error, let connection, let sentAt) {
             let event = try streamFailed(error, on: connection, sentAt: sentAt, isTrial: isTrial, &send, pool: pool)
-            return Attempt(event: event, started: started)
+            return Attempt(result: .failed(event), started: started)
         }
-    }
-
-    /// Leases a stream, chooses the JWT, sends, and returns Apple's answer.
-    /// - Throws: ``AttemptFailure`` when nothing was answered; `APNsError` `.signingFailed`.
-    private func exchange(_ send: SendState, pool: APNsConnectionPool, isTrial: Bool, started: ContinuousClock.Instant) async throws -> Answered? {
-        let budget = APNsAttemptBudget(requestTimeout: configuration.requestTimeout, connectTimeout: configuration.connectTimeout)
-        let connection: PooledConnection
-        do {
-            connection = try await pool.acquire(waitingAtMost: budget.total)
-        } catch let error as HTTP2Error {
-            throw AttemptFailure.noConnection(error)
-        }
-        // The breaker may have opened while this caller waited for a stream: it must not send.
-        if APNsCircuitAdmission.mustAskAgain(isTrial: isTrial, circuit: pool.circuitState), case .wait(let wait) = pool.admit() {
-            pool.release(connection, status: nil)
-            throw AttemptFailure.circuitOpen(wait)
-        }
-        let choice: APNsConnectionPool.ProviderTokenChoice
-        do {
-            choice = try pool.providerToken(for: connection)
-        } catch {
-            pool.release(connection, status: nil)
-            throw error
-        }
-        let jwt: APNsJWT?
-        let authorization: String?
-        switch choice {
-        case .certificate:
-            (jwt, authorization) = (nil, nil)
-        case .send(let token, let value):
-            (jwt, authorization) = (token, value)
-        case .retireConnection:
-            pool.release(connection, status: nil)
-            pool.retire(connection, cause: "jwt", because: "its JWT can neither be kept nor changed yet")
-            return nil
-        }
-        let timeout = budget.streamTimeout(afterWaiting: started.duration(to: .now))
-        let raw: HTTP2Response
-        let sentAt = ContinuousClock.now
-        do {
-            raw = try await connection.connection.send(makeRequest(send.request, pool: pool, authorization: authorization), timeout: timeout)
-        } catch let error as HTTP2Error {
-            pool.release(connection, status: nil)
-            throw AttemptFailure.sent(error, connection, sentAt)
-        } catch {
-            pool.release(connection, status: nil)
-            throw error
-        }
-        pool.release(connection, status: raw.status)
-        var response = APNsResponse(status: raw.status, headers: raw.headers, body: raw.body)
-        response.attempts = send.machine.attempts + 1
-        response.unprocessedResends = send.machine.unprocessedResends
-        return Answered(response: response, connection: connection, jwt: jwt)
     }
 
     /// Performs what a stream's failure means (``APNsStreamFailure``) and returns the retry machine's event.
@@ -291,28 +253,21 @@ extension APNsClient {
         _ error: HTTP2Error, on connection: PooledConnection, sentAt: ContinuousClock.Instant, isTrial: Bool, _ send: inout SendState,
         pool: APNsConnectionPool
     ) throws -> APNsRetryStateMachine.Event {
-        switch APNsStreamFailure.classify(error, connectionUsable: connection.connection.isUsable, taskCancelled: Task.isCancelled) {
+        switch try streamFailure(error, on: connection, sentAt: sentAt, pool: pool, feedsBreaker: true) {
         case .cancelled:
             throw CancellationError()
-        case .notProcessed(let retire):
-            metrics.increment("unprocessed_resends")
-            if retire { pool.retire(connection, cause: "goaway", because: "going away") }
+        case .notProcessed:
             return .notProcessed
         case .timedOut:
             // The device token's failure: its gate closes. Not the circuit breaker's, unless the
             // connection answers nothing else and its PING goes unanswered (the pool's).
             send.lastError = error
             metrics.countAttempt(status: nil)
-            metrics.increment("timeouts")
-            pool.streamTimedOut(on: connection, started: sentAt)
             if isTrial { pool.abandonTrial() }
             return .streamTimeout
-        case .connectionLost(let retire):
+        case .connectionLost:
             send.lastError = error
             metrics.countAttempt(status: nil)
-            metrics.increment("connection_errors")
-            pool.recordFailure(on: connection)
-            if retire { pool.retire(connection, cause: "request_failed", because: "request failed: \(error.code)") }
             return .connectionLost
         case .unexpected:
             throw APNsError(code: .deliveryFailed, message: "APNs request failed: \(error.message)", cause: error, attempts: send.machine.attempts)
@@ -362,20 +317,26 @@ extension APNsClient {
     private func perform(
         _ action: APNsRetryStateMachine.Action, _ attempt: Attempt, isTokenFailure: Bool, _ send: SendState, pool: APNsConnectionPool
     ) async throws -> APNsResponse? {
-        switch action {
-        case .delivered:
-            var response = attempt.answered!.response
+        switch (action, attempt.result) {
+        case (.delivered, .answered(let answered)):
+            var response = answered.response
             response.attempts = send.machine.attempts
             return response
-        case .stop(let why):
-            guard var response = attempt.answered?.response else { return try gaveUp(why, send, pool: pool) }
+        case (.delivered, .failed):
+            // The machine delivers only Apple's 200 (`APNsRetryStateMachine`); as after an open
+            // circuit, anything else tries again.
+            return nil
+        case (.stop(let why), .failed):
+            return try gaveUp(why, send, pool: pool)
+        case (.stop(let why), .answered(let answered)):
+            var response = answered.response
             response.attempts = send.machine.attempts
             if why == .providerTokenFault, let reason = response.reason {
-                providerTokenFault(reason, response: response, jwt: attempt.answered?.jwt, pool: pool)
+                providerTokenFault(reason, response: response, jwt: answered.jwt, pool: pool)
             }
             return response
-        case .retry(let delay, let reason, let change):
-            if let final = changeConnection(change, attempt, send, pool: pool) { return final }
+        case (.retry(let delay, let reason, let change), _):
+            if case .answered(let answered) = attempt.result, let final = changeConnection(change, answered, send, pool: pool) { return final }
             // After a token failure the token's gate imposes the wait (one backoff for all its
             // notifications), counted as a retry where it is waited.
             if isTokenFailure { return nil }
@@ -396,40 +357,29 @@ extension APNsClient {
         }
     }
 
-    /// Performs the connection change a retry asks for; returns Apple's answer as final when the
-    /// JWT could not be renewed (a provider fault, reported).
+    /// Performs the connection change a retry asks for after Apple's answer; returns that answer as
+    /// final when the change cannot be made (no other connection for the topic, or a JWT that could
+    /// not be renewed: a provider fault, reported). After no answer there is no connection to change.
     private func changeConnection(
-        _ change: APNsRetryStateMachine.ConnectionChange, _ attempt: Attempt, _ send: SendState, pool: APNsConnectionPool
+        _ change: APNsRetryStateMachine.ConnectionChange, _ answered: Answered, _ send: SendState, pool: APNsConnectionPool
     ) -> APNsResponse? {
+        var final = answered.response
+        final.attempts = send.machine.attempts
         switch change {
         case .none:
             return nil
         case .retire:
-            if let answered = attempt.answered {
-                pool.retire(answered.connection, cause: "retry_on_new_connection",
-                            because: "APNs answered \(answered.response.status) \(answered.response.reason?.rawValue ?? "")")
-            }
+            retire(answered.connection, answered: answered.response.status, answered.response.reason, pool: pool)
             return nil
         case .newConnectionForTopic:
-            guard let answered = attempt.answered, pool.replaceConnectionsForTopic(answeredOn: answered.connection) else {
-                var response = attempt.answered!.response
-                response.attempts = send.machine.attempts
-                return response
-            }
-            return nil
+            return pool.replaceConnectionsForTopic(answeredOn: answered.connection) ? nil : final
         case .restorePreviousProviderToken:
-            if let answered = attempt.answered, let rejected = answered.jwt {
-                pool.restorePreviousProviderToken(on: answered.connection, rejected: rejected)
-            }
+            if let rejected = answered.jwt { pool.restorePreviousProviderToken(on: answered.connection, rejected: rejected) }
             return nil
         case .retireAndRenewProviderToken:
-            guard let answered = attempt.answered, let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
+            guard let rejected = answered.jwt, let cache = pool.credentials.providerTokens,
                   renewProviderToken(rejected, cache: cache, response: answered.response, pool: pool)
-            else {
-                var response = attempt.answered!.response
-                response.attempts = send.machine.attempts
-                return response
-            }
+            else { return final }
             return nil
         }
     }

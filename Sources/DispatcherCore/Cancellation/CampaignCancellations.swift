@@ -36,7 +36,11 @@ public final class CampaignCancellations: Sendable {
     /// - Throws: `SendRequestDecoder.Rejection` when it names `CancelRequest` but cannot be used
     ///   (undecodable, larger than `maxBytes`, no request id, or a request id other than the record's key).
     public static func cancelRequest(in message: KafkaMessage, maxBytes: Int = SendRequestDecoder.Limits().maxBytes) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
-        let header = RecordContentType(of: message)
+        try cancelRequest(in: message, header: RecordContentType(of: message), maxBytes: maxBytes)
+    }
+
+    /// ``cancelRequest(in:maxBytes:)`` with the record's `content-type` parsed already (`SendRequestsRoute`).
+    static func cancelRequest(in message: KafkaMessage, header: RecordContentType, maxBytes: Int) throws(SendRequestDecoder.Rejection) -> CancelRequest? {
         guard header.message == CancelRequest.protoMessageName else { return nil }
         guard message.value.count <= maxBytes, message.oversizedValueBytes == nil else {
             throw .init(

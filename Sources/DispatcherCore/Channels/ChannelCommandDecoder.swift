@@ -13,7 +13,11 @@ public enum ChannelCommandDecoder {
     /// - Throws: `SendRequestDecoder.Rejection` naming what is wrong: too large, undecodable, or a field
     ///   `check(_:key:)` refuses.
     public static func channelCommand(in message: KafkaMessage, maxBytes: Int = SendRequestDecoder.Limits().maxBytes) throws(SendRequestDecoder.Rejection) -> ChannelCommand? {
-        let header = RecordContentType(of: message)
+        try channelCommand(in: message, header: RecordContentType(of: message), maxBytes: maxBytes)
+    }
+
+    /// ``channelCommand(in:maxBytes:)`` with the record's `content-type` parsed already (`SendRequestsRoute`).
+    static func channelCommand(in message: KafkaMessage, header: RecordContentType, maxBytes: Int) throws(SendRequestDecoder.Rejection) -> ChannelCommand? {
         guard header.message == ChannelCommand.protoMessageName else { return nil }
         guard message.value.count <= maxBytes, message.oversizedValueBytes == nil else {
             throw .init(

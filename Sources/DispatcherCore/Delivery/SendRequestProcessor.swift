@@ -155,6 +155,8 @@ public final class SendRequestProcessor: Sendable {
     /// The immediate-request source: resolves a request that `SendRequestDecoder` accepted into one
     /// batch, sends it through the pipeline and completes it.
     /// - Parameters:
+    ///   - template: the notification template `SendRequestDecoder`'s check built for `request`
+    ///     (`CheckedSendRequest`); nil builds it here.
     ///   - consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
     ///   - retryContext: where a notification waiting for an APNs retry waits (its record's partition,
     ///     the cap on its uncommitted span); see `HotPathRetryWaiter`.
@@ -165,7 +167,7 @@ public final class SendRequestProcessor: Sendable {
     ///   says REQUEST_STATUS_CANCELLED.
     /// - Throws: only infrastructure errors (`PostgresError`, `KafkaError`) and `CancellationError`; the
     ///   caller retries the whole request, which is idempotent through `send_log` and `pending_retries`.
-    func process(_ request: SendRequest, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
+    func process(_ request: SendRequest, template checked: NotificationTemplate? = nil, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
                  shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
         guard let notification = request.notification, let target = request.target else { return .finished }
         if case .channelID(let channelID) = target {
@@ -173,7 +175,7 @@ public final class SendRequestProcessor: Sendable {
         }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
-        let template = try NotificationTemplate(notification, requestID: request.requestID)
+        let template = try checked ?? NotificationTemplate(notification, requestID: request.requestID)
         // The look-ups are batched with those of other requests running at the same time.
         async let completedLookup = completedLoader.submit(request.requestID)
         async let progressLookup = progressLoader.submit(request.requestID)

@@ -9,24 +9,30 @@ extension Dispatcher {
     /// One record of the send-requests topic: a `CancelRequest` (applied), a record refused for its
     /// content (dead-lettered, with a `RequestCompleted` naming the reason), a campaign or scheduled
     /// send (stored as a campaign row), or a request run here, joining a handling of the same request
-    /// id still running in this process. Throws only for transient infrastructure failures.
+    /// id still running in this process. The record is looked at once (`SendRequestsRoute`): its
+    /// content type parsed and its value decoded and checked. Throws only for transient
+    /// infrastructure failures.
     func handleSendRequest(_ message: KafkaMessage, retryContext: RetryContext, shouldStop: @escaping @Sendable () -> Bool) async throws -> RecordOutcome {
-        var request: SendRequest
         let headerTrace = message.headers.last { $0.name.lowercased() == TraceParent.headerName }?.value.map { String(decoding: $0, as: UTF8.self) }
-        // A ChannelCommand record (docs/live-activities.md), in key order: applied, or dead-lettered.
-        if let outcome = try await handleChannelCommand(message, headerTrace: headerTrace) { return outcome }
-        do {
-            if message.oversizedValueBytes != nil { throw oversized(message) }
+        let checked: CheckedSendRequest
+        switch SendRequestsRoute(message, limits: configuration.intake.sendRequestLimits) {
+        case .channelCommand(let command):
+            // A ChannelCommand record (docs/live-activities.md), in key order.
+            return try await applyChannelCommand(command, message, headerTrace: headerTrace)
+        case .refusedChannelCommand(let error):
+            try await refuseChannelCommand(message, error)
+            return .finished
+        case .cancel(let cancel):
             // Campaign hook: a CancelRequest record, in key order (its on-receipt effect came first).
-            if let cancel = try CampaignCancellations.cancelRequest(in: message, maxBytes: configuration.intake.maxSendRequestBytes) {
-                try await applyCancel(cancel)
-                return .finished
-            }
-            request = try SendRequestDecoder.decode(message, limits: configuration.intake.sendRequestLimits)
-        } catch let error as SendRequestDecoder.Rejection {
+            try await applyCancel(cancel)
+            return .finished
+        case .refused(let error):
             try await reject(message, error, trace: TraceParent.resolve([headerTrace]).trace)
             return .finished
+        case .send(let accepted):
+            checked = accepted
         }
+        var request = checked.request
         // docs/observability.md "Trace context": the record's traceparent header, else the request's
         // trace_parent field, else a new trace; every record this request causes carries the result.
         let (trace, generated) = TraceParent.resolve([headerTrace, request.traceParent])
@@ -65,7 +71,8 @@ extension Dispatcher {
             guard try await claimRequest(requestID, message) else { return .finished }
             var finished = false
             defer { releaseRequest(requestID, finished: finished) }
-            let outcome = try await processor.process(request, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
+            let outcome = try await processor.process(
+                request, template: checked.template, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
             finished = outcome != .abandoned
             return outcome
         } catch let error as PostgresError where error.isCausedByTheData {
@@ -96,27 +103,11 @@ extension Dispatcher {
 // MARK: - Channel commands (docs/live-activities.md)
 
 extension Dispatcher {
-    /// Applies the `ChannelCommand` a record carries (`ChannelCommandHandler`), once its event was
-    /// acknowledged; a command refused for its content goes to the dead-letter topic naming the field
-    /// (no `RequestCompleted`: its key is not a request id).
-    /// - Returns: `.finished` for a `ChannelCommand` record; nil for any other record.
+    /// Applies a checked `ChannelCommand` (`SendRequestsRoute`) once its event was acknowledged, with
+    /// the record's `traceparent` header, else the command's, else a new trace.
     /// - Throws: transient infrastructure failures (`PostgresError`, `KafkaError`) and cancellation.
-    func handleChannelCommand(_ message: KafkaMessage, headerTrace: String?) async throws -> RecordOutcome? {
-        var command: ChannelCommand
-        do {
-            guard let decoded = try ChannelCommandDecoder.channelCommand(in: message, maxBytes: configuration.intake.maxSendRequestBytes) else {
-                return nil
-            }
-            command = decoded
-        } catch {
-            logger.warning("channel command rejected", [
-                "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
-                "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
-            ])
-            try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
-            metrics.deadLetters.increment(labels: [error.reason])
-            return .finished
-        }
+    func applyChannelCommand(_ command: ChannelCommand, _ message: KafkaMessage, headerTrace: String?) async throws -> RecordOutcome {
+        var command = command
         command.traceParent = TraceParent.resolve([headerTrace, command.traceParent]).trace.text
         do {
             try await channelCommands.apply(command)
@@ -126,6 +117,18 @@ extension Dispatcher {
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
         return .finished
+    }
+
+    /// A `ChannelCommand` refused for its content goes to the dead-letter topic naming the field (no
+    /// `RequestCompleted`: its key is not a request id).
+    /// - Throws: `KafkaError` and cancellation.
+    func refuseChannelCommand(_ message: KafkaMessage, _ error: SendRequestDecoder.Rejection) async throws {
+        logger.warning("channel command rejected", [
+            "error": error.description, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
+            "key": message.key.map { String(decoding: $0, as: UTF8.self) } ?? "",
+        ])
+        try await feedback.deadLetter(message, error: error.description, rejectedBy: "dispatcher")
+        metrics.deadLetters.increment(labels: [error.reason])
     }
 }
 

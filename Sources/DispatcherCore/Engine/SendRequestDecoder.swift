@@ -43,12 +43,18 @@ public enum SendRequestDecoder {
     /// entries are counted on the wire first; JSON: the parser stops at the first entry past the limit).
     /// - Throws: `Rejection` for an undecodable, invalid or oversized request.
     public static func decode(_ message: KafkaMessage, limits: Limits = Limits()) throws(Rejection) -> SendRequest {
+        try decode(message, header: RecordContentType(of: message), limits: limits).request
+    }
+
+    /// ``decode(_:limits:)`` with the record's `content-type` parsed already (`SendRequestsRoute`),
+    /// returning the request with the notification template its check built.
+    /// - Throws: `Rejection`, as ``decode(_:limits:)``.
+    static func decode(_ message: KafkaMessage, header: RecordContentType, limits: Limits) throws(Rejection) -> CheckedSendRequest {
         guard message.value.count <= limits.maxBytes else {
             throw Rejection(
                 "record value: \(message.value.count) bytes (after the Kafka client decompressed it); at most \(limits.maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
                 reason: "send_request_too_large")
         }
-        let header = RecordContentType(of: message)
         let contentType = header.text
         let isJSON = header.isJSON
         guard header.isEmpty || isJSON || header.isProtobuf else {
@@ -73,8 +79,8 @@ public enum SendRequestDecoder {
         } catch {
             throw Rejection("undecodable SendRequest (content-type \"\(contentType)\"): \(error)")
         }
-        try check(request)
-        return request
+        let template = try checked(request)
+        return CheckedSendRequest(request: request, template: template)
     }
 
     private static func tooManyTokens(_ maxTokens: Int, detail: String) -> Rejection {
@@ -115,6 +121,13 @@ public enum SendRequestDecoder {
     /// Checks what the dispatcher needs before any token is looked up.
     /// - Throws: `Rejection` naming the first bad field.
     public static func check(_ request: SendRequest) throws(Rejection) {
+        _ = try checked(request)
+    }
+
+    /// ``check(_:)``, returning the notification template the check builds (nil for a broadcast, a
+    /// `channel_id` target, whose content `BroadcastAdmission` checks): the processor sends with it.
+    /// - Throws: `Rejection` naming the first bad field.
+    static func checked(_ request: SendRequest) throws(Rejection) -> NotificationTemplate? {
         guard !request.requestID.isEmpty else { throw Rejection("request_id: is required") }
         try rejecting { () throws(InvalidFieldError) in try DeviceValidator.checkIdentifier(request.requestID, field: "request_id") }
         guard let target = request.target else { throw Rejection("target: one of device_tokens, user_ids, audience or channel_id is required") }
@@ -138,7 +151,7 @@ public enum SendRequestDecoder {
             // its BroadcastReport; here only what makes it no broadcast at all.
             guard request.sendAtMs == 0 else { throw Rejection("send_at_ms: a broadcast is sent at once; scheduling is not supported") }
             if case .unrecognized = notification.environment { throw Rejection("notification.environment: unknown environment") }
-            return
+            return nil
         }
         guard notification.pushType.apnsPushType != nil else {
             throw Rejection("notification.push_type: unknown push type number \(notification.pushType.rawValue)")
@@ -161,6 +174,7 @@ public enum SendRequestDecoder {
         }
         // Campaign hook (docs/campaigns.md): the audience and its filter.
         if case .audience = target { try rejecting { () throws(InvalidFieldError) in _ = try AudienceQuery(request) } }
+        return template
     }
 }
 
