@@ -220,3 +220,32 @@ private extension Range where Bound == Int {
         return result
     }
 }
+
+/// The redelivery look-up that reads only the request's day of `send_log_v2` when its
+/// `created_at_ms` gives it (`PendingRetryStore.progress(_:limit:)`).
+@Suite(.testDatabase, .serialized, .timeLimit(.minutes(2)))
+struct SendLogV2DatedProgressTests {
+    @Test func aDatedReadFindsItsDaysRowsAndTheOldTables() async throws {
+        let (store, pool) = try await SendLogWriterTests.store()
+        let parking = PendingRetryStore(pool: pool)
+        let dated = "v2-dated-\(UUID())", undated = "v2-undated-\(UUID())"
+        let requestedAt = Int64(Date().timeIntervalSince1970 * 1000) - 3 * SendLogDay.milliseconds
+        try await pool.execute("""
+            INSERT INTO send_log (request_id, device_token, event_id, outcome, report) VALUES ($1, 'old', 'e', 'DELIVERED', '\\x0a'::bytea)
+            """, [.string(dated)])
+        #expect(try await store.recordOutcome(SendLogV2Tests.report(dated, "new", requestedAtMs: requestedAt), event: [0xb]))
+        #expect(try await store.recordOutcome(SendLogV2Tests.report(undated, "t", requestedAtMs: requestedAt), event: [0xc]))
+        let reads = [PendingRetryStore.ProgressRead(requestID: dated, requestedAtMs: requestedAt),
+                     PendingRetryStore.ProgressRead(requestID: undated, requestedAtMs: 0)]
+        let found = try await parking.progress(reads, limit: 10)
+        #expect(found[dated]?.recorded.mapValues(\.event) == ["old": [0xa], "new": [0xb]])
+        #expect(found[undated]?.recorded.mapValues(\.event) == ["t": [0xc]])
+        #expect(found[dated]?.complete == true)
+        // Another day reads another partition: the row is not there (the read is by day), the old table's is.
+        let otherDay = [PendingRetryStore.ProgressRead(requestID: dated, requestedAtMs: requestedAt + SendLogDay.milliseconds)]
+        #expect(try await parking.progress(otherDay, limit: 10)[dated]?.recorded.keys.sorted() == ["old"])
+        // The limit marks a request whose rows reach it as not complete.
+        #expect(try await parking.progress(reads, limit: 2)[dated]?.complete == false)
+        await pool.close()
+    }
+}

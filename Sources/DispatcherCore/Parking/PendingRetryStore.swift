@@ -266,7 +266,7 @@ public final class PendingRetryStore: Sendable {
         return try Self.progress(rows)[requestID] ?? RequestProgress()
     }
 
-    private static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
+    static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
         var result: [String: RequestProgress] = [:]
         for row in rows {
             guard let requestID = try row.string("request_id"), let token = try row.string("device_token") else { continue }
