@@ -249,3 +249,29 @@ struct SendLogV2DatedProgressTests {
         await pool.close()
     }
 }
+
+/// Extreme `requested_at_ms` values (a producer's `created_at_ms`): a row keyed by day 9999-12-31
+/// instead of a failed batch. The day overflowed `integer` (22003) and failed every row of the batch
+/// and every request of a look-up batch (HostileInputTests.extremeNumbersInRequestsEndCleanly).
+@Suite(.testDatabase, .serialized, .timeLimit(.minutes(2)))
+struct SendLogV2ExtremeDayTests {
+    @Test func anExtremeRequestedAtIsKeyedByTheLastDayAndFailsNoBatch() async throws {
+        let (_, pool) = try await SendLogWriterTests.store()
+        let request = "v2-extreme-\(UUID())"
+        let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 2)
+        let results = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
+                group.addTask { ("max", try await writer.record(SendLogV2Tests.report(request, "max", requestedAtMs: .max), event: [1])) }
+                group.addTask { ("now", try await writer.record(SendLogV2Tests.report(request, "now", requestedAtMs: 1_796_428_800_000), event: [2])) }
+                return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+            }
+        }
+        #expect(results == ["max": [1], "now": [2]])
+        let day = try await pool.query(
+            "SELECT request_day::text AS day FROM send_log_v2 WHERE request_id = $1 AND device_token = 'max'", [.string(request)])
+        #expect(try day.first?.string("day") == "9999-12-31")
+        let reads = [PendingRetryStore.ProgressRead(requestID: request, requestedAtMs: .max)]
+        #expect(try await PendingRetryStore(pool: pool).progress(reads, limit: 10)[request]?.recorded.keys.sorted() == ["max"])
+        await pool.close()
+    }
+}

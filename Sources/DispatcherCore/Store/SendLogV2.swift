@@ -55,11 +55,19 @@ public enum SendLogV2 {
         """
     }
 
+    /// The latest `requested_at_ms` keyed by its own day: 9999-12-31T23:59:59.999Z. Later ones (a
+    /// producer's `created_at_ms` of Int64.max) take that day, still the same for every write of the
+    /// request; without the bound the day overflowed `integer` and failed the whole batch.
+    static let latestKeyedMilliseconds: Int64 = 253_402_300_799_999
+
     /// The SQL expression of the `request_day` of a `requested_at_ms` (bigint, milliseconds since the
-    /// Unix epoch): its UTC day, or today's (UTC, the server's clock) when it is not positive. The same
-    /// day as `SendLogDay(milliseconds:)`.
+    /// Unix epoch): its UTC day (at most 9999-12-31, `latestKeyedMilliseconds`), or today's (UTC, the
+    /// server's clock) when it is not positive. The same day as `SendLogDay(milliseconds:)` in range.
     static func day(of milliseconds: String) -> String {
-        "CASE WHEN \(milliseconds) > 0 THEN date '1970-01-01' + (\(milliseconds) / 86400000)::integer ELSE (now() AT TIME ZONE 'UTC')::date END"
+        """
+        CASE WHEN \(milliseconds) > 0 THEN date '1970-01-01' + (LEAST(\(milliseconds), \(latestKeyedMilliseconds)) / 86400000)::integer \
+        ELSE (now() AT TIME ZONE 'UTC')::date END
+        """
     }
 
     /// The parameters of `insert(probingOldTable:)` for `rows`.
