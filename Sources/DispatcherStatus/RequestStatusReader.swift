@@ -39,7 +39,7 @@ public enum RequestStatusReader {
                    count(*) FILTER (WHERE outcome = 'REJECTED') AS rejected,
                    count(*) FILTER (WHERE outcome = 'FAILED') AS failed,
                    count(*) FILTER (WHERE outcome NOT IN ('DELIVERED', 'REJECTED', 'FAILED', 'PENDING')) AS skipped
-              FROM send_log WHERE request_id = $1
+              FROM send_log_all WHERE request_id = $1
             """, [.string(requestID)], prepared: true)
         guard let row = rows.first else { return nil }
         var facts = RequestStatusDecision.ImmediateFacts()

@@ -189,7 +189,7 @@ final class EngineWorld: Sendable {
 
     /// `send_log` rows of `requestID`: outcome name by device token.
     func sendLog(_ requestID: String) async throws -> [String: String] {
-        let rows = try await pool.query("SELECT device_token, outcome FROM send_log WHERE request_id = $1", [.string(requestID)])
+        let rows = try await pool.query("SELECT device_token, outcome FROM send_log_all WHERE request_id = $1", [.string(requestID)])
         var result: [String: String] = [:]
         for row in rows { result[try row.string("device_token") ?? ""] = try row.string("outcome") ?? "" }
         return result

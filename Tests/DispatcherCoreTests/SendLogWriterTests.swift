@@ -32,7 +32,7 @@ struct SendLogWriterTests {
     }
 
     static func count(_ pool: PostgresPool, requestPrefix: String) async throws -> Int {
-        let rows = try await pool.query("SELECT count(*) AS n FROM send_log WHERE starts_with(request_id, $1)", [.string(requestPrefix)])
+        let rows = try await pool.query("SELECT count(*) AS n FROM send_log_all WHERE starts_with(request_id, $1)", [.string(requestPrefix)])
         return try rows.first?.int("n") ?? -1
     }
 

@@ -66,7 +66,7 @@ def campaign_row(request_id: str) -> dict[str, str]:
 
 
 def send_log_count(request_id: str) -> tuple[int, int]:
-    rows = stack.psql(f"SELECT count(*), count(DISTINCT device_token) FROM send_log WHERE request_id = '{request_id}'")
+    rows = stack.psql(f"SELECT count(*), count(DISTINCT device_token) FROM send_log_all WHERE request_id = '{request_id}'")
     return int(rows[0][0]), int(rows[0][1])
 
 

@@ -201,7 +201,7 @@ def test_a_broadcast_accepted_before_a_sigkill_is_not_sent_again_after_the_resta
         # As if the kill had come before Kafka acknowledged the broadcast's RequestCompleted: only its
         # send_log row (the intent row, with Apple's answer) says it was sent.
         stack.psql(f"DELETE FROM request_completions WHERE request_id = '{request_id}'")
-        assert stack.psql(f"SELECT outcome FROM send_log WHERE request_id = '{request_id}'") == [["DELIVERED"]]
+        assert stack.psql(f"SELECT outcome FROM send_log_all WHERE request_id = '{request_id}'") == [["DELIVERED"]]
 
         stack.Dispatcher.start(argv, env, dispatcher.log, stack.VAR_DIR / "run" / "dispatcher.pid")
         feedback.until(lambda: feedback.completions(held_id), "the held request's completion after the restart", timeout=120)

@@ -92,7 +92,7 @@ def row(token: str) -> list[list[str]]:
 
 
 def send_log(request_id: str) -> list[list[str]]:
-    return stack.psql(f"SELECT device_token, outcome, http_status, apns_reason, attempts FROM send_log WHERE request_id = '{request_id}'")
+    return stack.psql(f"SELECT device_token, outcome, http_status, apns_reason, attempts FROM send_log_all WHERE request_id = '{request_id}'")
 
 
 def metric(result: str) -> float:

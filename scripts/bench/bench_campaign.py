@@ -153,7 +153,7 @@ def main() -> int:
         reader.close()
         sampler.close()
         if os.environ.get("BENCH_KEEP") != "1":
-            pg.run(f"DELETE FROM device_tokens WHERE bundle_id IN ('{BUNDLE}', '{LANE_BUNDLE}'); DELETE FROM send_log WHERE request_id LIKE '{prefix}%';"
+            pg.run(f"DELETE FROM device_tokens WHERE bundle_id IN ('{BUNDLE}', '{LANE_BUNDLE}'); DELETE FROM send_log WHERE request_id LIKE '{prefix}%'; DELETE FROM send_log_v2 WHERE request_id LIKE '{prefix}%';"
                    f" DELETE FROM campaigns WHERE request_id LIKE '{prefix}%';", timeout=600)
 
 
@@ -186,13 +186,13 @@ def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: 
         producer.flush("lane campaign")
         # Wait for the campaign to be sending before the paced load starts.
         deadline = time.monotonic() + 60
-        while int(pg.scalar(f"SELECT count(*) FROM send_log WHERE request_id = '{campaign_id}'") or 0) == 0:
+        while int(pg.scalar(f"SELECT count(*) FROM send_log_all WHERE request_id = '{campaign_id}'") or 0) == 0:
             if time.monotonic() > deadline:
                 raise BenchError(f"lanes: the campaign {campaign_id} sent nothing within 60 s")
             time.sleep(0.1)
         with50, with99, with_rate = paced_p99(producer, reader, send_pb, lane_notification, users, rate, secs,
                                               f"{prefix}lane{run}-with")
-        sent = int(pg.scalar(f"SELECT count(*) FROM send_log WHERE request_id = '{campaign_id}'") or 0)
+        sent = int(pg.scalar(f"SELECT count(*) FROM send_log_all WHERE request_id = '{campaign_id}'") or 0)
         cancel = send_pb.CancelRequest(request_id=campaign_id, reason="bench_done", requested_at_ms=int(time.time() * 1000))
         producer.produce(B.SEND_REQUESTS, campaign_id.encode(), cancel.SerializeToString(), CANCEL_CONTENT_TYPE)
         producer.flush("lane campaign cancel")

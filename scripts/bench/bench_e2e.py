@@ -130,7 +130,7 @@ class Bench:
         try:
             self.pg.run(f"""
                 DELETE FROM device_tokens WHERE device_token BETWEEN '{low}' AND '{high}';
-                DELETE FROM send_log WHERE request_id LIKE '{self.prefix}%';
+                DELETE FROM send_log WHERE request_id LIKE '{self.prefix}%'; DELETE FROM send_log_v2 WHERE request_id LIKE '{self.prefix}%';
                 DROP TABLE IF EXISTS {self.scratch};""", timeout=300)
         except BenchError as error:
             out(f"bench-e2e: clean-up failed: {error}")

@@ -218,7 +218,7 @@ public final class CampaignStore: Sendable {
     public func recordedOutcomes(requestID: String, tokens: [String]) async throws -> [String: TokenStore.RecordedOutcome] {
         guard !tokens.isEmpty else { return [:] }
         let rows = try await pool.query(
-            "SELECT device_token, report, acknowledged FROM send_log WHERE request_id = $1 AND device_token = ANY($2::text[])",
+            "SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = $1 AND device_token = ANY($2::text[])",
             [.string(requestID), .string(PostgresArrayLiteral.text(tokens))], prepared: true)
         var result: [String: TokenStore.RecordedOutcome] = [:]
         for row in rows {

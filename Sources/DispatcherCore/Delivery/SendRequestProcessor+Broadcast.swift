@@ -93,8 +93,8 @@ extension SendRequestProcessor {
         pending.completedAtMs = report.sentAtMs
         let pendingEvent = feedback.event(.broadcastReport(pending), traceParent: request.traceParent).serializedBytes()
         if let found = try await store.insertBroadcastRow(
-            requestID: request.requestID, key: key, eventID: report.eventID, outcome: TokenStore.pendingBroadcastOutcome, httpStatus: 0,
-            apnsReason: "", apnsID: report.apnsRequestID, attempts: 1, event: pendingEvent) {
+            requestID: request.requestID, key: key, requestedAtMs: requestedAt, outcome: TokenStore.pendingBroadcastOutcome, httpStatus: 0,
+            apnsReason: "", attempts: 1, event: pendingEvent) {
             return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
         }
 
@@ -127,8 +127,8 @@ extension SendRequestProcessor {
         report.completedAtMs = clock.nowMilliseconds()
         let event = feedback.event(.broadcastReport(report), traceParent: request.traceParent).serializedBytes()
         if let found = try await store.insertBroadcastRow(
-            requestID: request.requestID, key: key, eventID: report.eventID, outcome: outcome, httpStatus: 0, apnsReason: "",
-            apnsID: "", attempts: 0, event: event) {
+            requestID: request.requestID, key: key, requestedAtMs: requestedAt, outcome: outcome, httpStatus: 0, apnsReason: "",
+            attempts: 0, event: event) {
             return try await republishBroadcast(found, request: request, key: key, requestedAt: requestedAt, logger: logger)
         }
         return try await finishBroadcast(event: event, outcome: outcome, request: request, requestedAt: requestedAt)

@@ -48,7 +48,7 @@ public final class SendRequestProcessor: Sendable {
     /// Batched look-ups (see `Batcher`; natural batching, no wait): what earlier deliveries left by
     /// request id (recorded outcomes and parked tokens), whether a request already completed, active
     /// tokens by user, rows by token.
-    private let progressLoader: Batcher<String, PendingRetryStore.RequestProgress>
+    private let progressLoader: Batcher<PendingRetryStore.ProgressRead, PendingRetryStore.RequestProgress>
     let completedLoader: Batcher<String, Bool>
     /// Writes `request_completions` rows of requests finishing together in one statement.
     let completionRecorder: Batcher<CompletionRow, Void>
@@ -105,9 +105,10 @@ public final class SendRequestProcessor: Sendable {
         self.sendLog = store.makeSendLogWriter(marksAcknowledgements: marksAcknowledgements)
         let parking = store.makePendingRetryStore()
         self.parking = parking
-        self.progressLoader = Batcher(name: "request progress") { requestIDs in
-            let found = try await parking.progress(requestIDs: requestIDs, limit: userPageSize)
-            return requestIDs.map { found[$0] ?? PendingRetryStore.RequestProgress() }
+        self.progressLoader = Batcher(name: "request progress") { reads in
+            // Read from the request's day partition of send_log_v2 when its created_at_ms gives it.
+            let found = try await parking.progress(reads, limit: userPageSize)
+            return reads.map { found[$0.requestID] ?? PendingRetryStore.RequestProgress() }
         }
         self.completedLoader = Batcher(name: "request completions look-up") { [store] requestIDs in
             let found = try await store.completedRequests(requestIDs)
@@ -178,7 +179,8 @@ public final class SendRequestProcessor: Sendable {
         let template = try checked ?? NotificationTemplate(notification, requestID: request.requestID)
         // The look-ups are batched with those of other requests running at the same time.
         async let completedLookup = completedLoader.submit(request.requestID)
-        async let progressLookup = progressLoader.submit(request.requestID)
+        async let progressLookup = progressLoader.submit(
+            PendingRetryStore.ProgressRead(requestID: request.requestID, requestedAtMs: request.createdAtMs))
         let environment = notification.environment.apnsEnvironment
         let (batch, more) = try await resolveFirst(target, template: template, environment: environment)
         if try await completedLookup {

@@ -163,6 +163,10 @@ public final class Dispatcher: Sendable {
         if configuration.campaigns.runnerEnabled { sources.append(.init(campaigns, name: "campaign runner")) }
         if let tokenHygiene { sources.append(.init(tokenHygiene, name: "token hygiene")) }
         sources.append(.init(channelHygiene, name: "channel hygiene"))
+        // send_log_v2's day partitions, created ahead whether or not a retention drops old ones.
+        sources.append(.init(
+            SendLogPartitions(pool: store.pool, retention: configuration.sendLogRetention, interval: configuration.sendLogRetentionInterval),
+            name: "send-log partitions"))
         if let retention = configuration.sendLogRetention {
             sources.append(.init(
                 store.makeSendLogRetention(retention: retention, interval: configuration.sendLogRetentionInterval), name: "send-log retention"))

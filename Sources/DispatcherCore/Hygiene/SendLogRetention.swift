@@ -1,8 +1,10 @@
 import Postgres
 import ServiceCore
 
-/// Deletes `send_log` rows older than a retention, in small batches so that no statement holds
-/// many row locks or runs long (see `docs/send-log.md`).
+/// Deletes rows of the old `send_log` and of `send_log_v2`'s `DEFAULT` partition older than a
+/// retention, in small batches so that no statement holds many row locks or runs long (see
+/// `docs/send-log.md` "Retention"); `send_log_v2`'s day partitions are dropped whole by
+/// `SendLogPartitions`.
 ///
 /// A request redelivered after its rows were deleted would send again: keep the retention well
 /// above the longest time a send request can wait in Kafka (its retention) plus the dispatcher's
@@ -41,8 +43,8 @@ public struct SendLogRetention: Service {
         self.logger = logger
     }
 
-    /// Deletes every row of `send_log`, `request_completions`, `request_fingerprints` and
-    /// `cancellations` older than the retention, `batchSize` rows per statement, until none is left.
+    /// Deletes every row of `send_log`, `send_log_v2_default`, `request_completions`,
+    /// `request_fingerprints` and `cancellations` older than the retention, `batchSize` rows per statement, until none is left.
     /// Each statement commits on its own, so an interrupted pass keeps what it deleted.
     /// - Parameter shutdown: when it has triggered, the pass stops before its next statement.
     /// - Returns: the number of rows deleted (all tables).
@@ -54,7 +56,9 @@ public struct SendLogRetention: Service {
         // request_completions and request_fingerprints go with the send_log rows of the same
         // requests (same retention; a fingerprint's completed_at is when it was recorded), and so do
         // the cancels (the dispatchers keep them in memory as long: CancellationPoller).
-        for (table, column) in [("send_log", "completed_at"), ("request_completions", "completed_at"),
+        // send_log_v2_default has no completed_at index; it holds only the rows of days without a
+        // partition (docs/send-log.md "Partitions").
+        for (table, column) in [("send_log", "completed_at"), ("send_log_v2_default", "completed_at"), ("request_completions", "completed_at"),
                                 ("request_fingerprints", "completed_at"), ("cancellations", "recorded_at")] {
             var fromTable = 0
             while shutdown?.isTriggered != true {
@@ -96,8 +100,10 @@ public struct SendLogRetention: Service {
                                AND inactive_at_ms < (extract(epoch FROM now()) * 1000)::bigint - $1::bigint
                              LIMIT $2)
                         RETURNING device_token),
-                    logs AS (DELETE FROM send_log WHERE device_token IN (SELECT device_token FROM gone) RETURNING 1)
-                    SELECT (SELECT count(*) FROM gone)::bigint AS tokens, (SELECT count(*) FROM logs)::bigint AS logs
+                    logs AS (DELETE FROM send_log WHERE device_token IN (SELECT device_token FROM gone) RETURNING 1),
+                    logs_v2 AS (DELETE FROM send_log_v2 WHERE device_token IN (SELECT device_token FROM gone) RETURNING 1)
+                    SELECT (SELECT count(*) FROM gone)::bigint AS tokens,
+                           (SELECT count(*) FROM logs)::bigint + (SELECT count(*) FROM logs_v2)::bigint AS logs
                     """,
                     [.int64(milliseconds), .int(batchSize)], prepared: true)
             }

@@ -151,7 +151,7 @@ public final class PendingRetryStore: Sendable {
 
     private static func outcomeCounts(requestID: String, on connection: PostgresConnection) async throws -> [String: Int] {
         let rows = try await connection.query(
-            "SELECT outcome, count(*) AS n FROM send_log WHERE request_id = $1 GROUP BY outcome", [.string(requestID)], prepared: true)
+            "SELECT outcome, count(*) AS n FROM send_log_all WHERE request_id = $1 GROUP BY outcome", [.string(requestID)], prepared: true)
         var counts: [String: Int] = [:]
         for row in rows {
             if let outcome = try row.string("outcome") { counts[outcome] = try row.int("n") ?? 0 }
@@ -226,7 +226,7 @@ public final class PendingRetryStore: Sendable {
                 try await connection.query("""
                     SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked
                       FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
-                     CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log WHERE request_id = r.id LIMIT $2) AS s
+                     CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = r.id LIMIT $2) AS s
                     UNION ALL
                     SELECT r.id, p.device_token, NULL, false, true
                       FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
@@ -234,7 +234,7 @@ public final class PendingRetryStore: Sendable {
                     """, [.string(PostgresArrayLiteral.text(requestIDs)), .int(max(1, limit))], prepared: true)
             } else {
                 try await connection.query("""
-                    SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log WHERE request_id = ANY($1::text[])
+                    SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log_all WHERE request_id = ANY($1::text[])
                     UNION ALL
                     SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
                     """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
@@ -256,7 +256,7 @@ public final class PendingRetryStore: Sendable {
         guard !tokens.isEmpty else { return RequestProgress() }
         let rows = try await pool.withConnection { connection in
             try await connection.query("""
-                SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log
+                SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log_all
                  WHERE request_id = $1 AND device_token = ANY($2::text[])
                 UNION ALL
                 SELECT request_id, device_token, NULL, false, true FROM pending_retries
@@ -266,7 +266,7 @@ public final class PendingRetryStore: Sendable {
         return try Self.progress(rows)[requestID] ?? RequestProgress()
     }
 
-    private static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
+    static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
         var result: [String: RequestProgress] = [:]
         for row in rows {
             guard let requestID = try row.string("request_id"), let token = try row.string("device_token") else { continue }

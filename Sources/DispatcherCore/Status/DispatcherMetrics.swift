@@ -15,7 +15,7 @@ struct DispatcherMetrics: Sendable {
     let notifications: Counter
     /// `push_dead_letters_total{reason}`: records kept on the dead-letter topic.
     let deadLetters: Counter
-    /// `push_send_log_writes_total`: rows written to `send_log` (final outcomes recorded).
+    /// `push_send_log_writes_total`: rows written to `send_log_v2` (final outcomes recorded).
     let sendLogWrites: Counter
     /// `push_token_events_applied_total`: token events applied to the token table.
     let tokenEventsApplied: Counter
@@ -40,7 +40,7 @@ struct DispatcherMetrics: Sendable {
             labelNames: ["outcome", "reason"])
         deadLetters = registry.counter(
             "push_dead_letters_total", help: "Records kept on the dead-letter topic, by reason.", labelNames: ["reason"])
-        sendLogWrites = registry.counter("push_send_log_writes_total", help: "Rows written to send_log (final outcomes recorded).")
+        sendLogWrites = registry.counter("push_send_log_writes_total", help: "Rows written to send_log_v2 (final outcomes recorded).")
         tokenEventsApplied = registry.counter("push_token_events_applied_total", help: "Token events applied to the token table.")
         recordsRedelivered = registry.counter(
             "push_records_redelivered_total", help: "Records the Kafka consumer handed out again at an offset taken already (ignored), by topic.",

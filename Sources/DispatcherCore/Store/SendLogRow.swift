@@ -1,6 +1,6 @@
 import PushMessages
 
-/// One `send_log` row waiting for its batch.
+/// One `send_log_v2` row waiting for its batch.
 struct SendLogRow: Sendable, Hashable {
     /// The primary key: one final outcome per (request id, device token).
     struct Key: Sendable, Hashable {
@@ -9,27 +9,26 @@ struct SendLogRow: Sendable, Hashable {
     }
 
     var key: Key
-    var eventID: String
+    /// The report's `requested_at_ms`, whose UTC day is the row's `request_day` (0: today's).
+    var requestedAtMs: Int64
     /// `DeliveryOutcome`'s proto name (`DELIVERED`, …).
     var outcome: String
     var httpStatus: Int64
     var apnsReason: String
-    var apnsID: String
     var attempts: Int64
     /// The serialized `FeedbackEvent`, as the caller publishes it.
     var report: [UInt8]
 
     init(_ report: DeliveryReport, event: [UInt8]) {
         self.key = Key(requestID: report.requestID, deviceToken: report.deviceToken)
-        self.eventID = report.eventID
+        self.requestedAtMs = report.requestedAtMs
         self.outcome = report.outcome.protoName ?? "UNKNOWN"
         self.httpStatus = Int64(report.httpStatus)
         self.apnsReason = report.apnsReason
-        self.apnsID = report.apnsID
         self.attempts = Int64(report.attempts)
         self.report = event
     }
 
     /// The text columns, which PostgreSQL cannot store with U+0000 in them.
-    var texts: [String] { [key.requestID, key.deviceToken, eventID, outcome, apnsReason, apnsID] }
+    var texts: [String] { [key.requestID, key.deviceToken, outcome, apnsReason] }
 }

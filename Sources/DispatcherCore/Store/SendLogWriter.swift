@@ -3,8 +3,9 @@ import PushMessages
 import ServiceCore
 import Synchronization
 
-/// Records final outcomes in `send_log` in batches: one `INSERT … SELECT * FROM unnest(…)` per
-/// batch instead of one statement per notification.
+/// Records final outcomes in `send_log_v2` in batches: one `INSERT … SELECT … FROM unnest(…)` per
+/// batch instead of one statement per notification (docs/send-log.md; rows of the old `send_log`
+/// still count, "Rows of the old table still count").
 ///
 /// The batching is a `Batcher`'s: a row waits at most `flushInterval` (default 5 ms) for its batch to
 /// fill while a write slot is free, never past `maxBatch` rows (default 500); while all
@@ -47,6 +48,8 @@ public final class SendLogWriter: Service, Sendable {
     private let logger: Logger
     private let batcher: Batcher<SendLogRow, [UInt8]?>
     private let marks: Batcher<SendLogRow.Key, Void>
+    /// Whether the old `send_log` still has rows, as last seen (shared by the batches).
+    private let legacy: LegacySendLogProbe
 
     /// Creates a writer; rows are written once `run(shutdown:)` runs.
     /// - Parameters:
@@ -68,6 +71,8 @@ public final class SendLogWriter: Service, Sendable {
         self.markInterval = markInterval
         self.maxMarkBatch = max(1, maxMarkBatch)
         self.logger = logger
+        let legacy = LegacySendLogProbe()
+        self.legacy = legacy
         self.marks = Batcher(
             name: "send_log acknowledgement marks",
             settings: .init(maxBatch: max(1, maxMarkBatch), maxConcurrentBatches: 1, maxWait: markInterval)
@@ -81,12 +86,11 @@ public final class SendLogWriter: Service, Sendable {
             }
             return keys.map { _ in () }
         }
-        let write = Self.write
         self.batcher = Batcher(
             name: "send_log", settings: .init(maxBatch: maxBatch, maxConcurrentBatches: maxConcurrentWrites, maxWait: flushInterval)
         ) { [logger] rows in
             do {
-                let bytes = try await write(pool, rows)
+                let bytes = try await SendLogWriter.write(pool, rows, legacy: legacy)
                 DispatcherMetrics.shared.sendLogWrites.increment(by: Double(rows.count))
                 return rows.map { bytes[$0.key] }
             } catch {
@@ -113,13 +117,16 @@ public final class SendLogWriter: Service, Sendable {
         _ = marks.enqueue(SendLogRow.Key(requestID: requestID, deviceToken: deviceToken))
     }
 
-    /// Sets `acknowledged` on the rows of `keys`. A report is published only after its row was
-    /// written, so every key has its row (unless retention deleted it: then nothing is set).
+    /// Sets `acknowledged` on the rows of `keys`, in `send_log_v2` or in the old `send_log` (a request
+    /// begun before the upgrade). A report is published only after its row was written, so every key
+    /// has its row (unless retention deleted it: then nothing is set).
     static func markAcknowledged(_ pool: PostgresPool, _ keys: [SendLogRow.Key]) async throws {
         _ = try await pool.withConnection { connection in
             try await connection.query("""
-                UPDATE send_log AS s SET acknowledged = true
-                  FROM unnest($1::text[], $2::text[]) AS k(request_id, device_token)
+                WITH k AS (SELECT * FROM unnest($1::text[], $2::text[]) AS k(request_id, device_token)),
+                     old AS (UPDATE send_log AS s SET acknowledged = true FROM k
+                              WHERE s.request_id = k.request_id AND s.device_token = k.device_token AND NOT s.acknowledged)
+                UPDATE send_log_v2 AS s SET acknowledged = true FROM k
                  WHERE s.request_id = k.request_id AND s.device_token = k.device_token AND NOT s.acknowledged
                 """,
                 [.string(PostgresArrayLiteral.text(keys.map(\.requestID))),
@@ -152,37 +159,23 @@ public final class SendLogWriter: Service, Sendable {
         return bytes
     }
 
-    /// Inserts the rows (the first of each key), then reads the stored bytes of the keys that
-    /// existed already.
+    /// Inserts the rows (the first of each key) into `send_log_v2`, leaving out keys the old
+    /// `send_log` holds while it has rows (`LegacySendLogCheck`), then reads the stored bytes of the
+    /// keys not inserted from `send_log_all` (docs/send-log.md).
     /// - Returns: the bytes to publish, by key.
-    static func write(_ pool: PostgresPool, _ rows: [SendLogRow]) async throws -> [SendLogRow.Key: [UInt8]] {
+    static func write(_ pool: PostgresPool, _ rows: [SendLogRow], legacy: LegacySendLogProbe) async throws -> [SendLogRow.Key: [UInt8]] {
         var unique: [SendLogRow] = []
         var seen = Set<SendLogRow.Key>()
         for row in rows where seen.insert(row.key).inserted { unique.append(row) }
         return try await pool.withConnection { connection in
+            let probing = try await legacy.checksOldTable(connection)
             var result: [SendLogRow.Key: [UInt8]] = [:]
             var remaining = unique
             // A stored row can vanish between the INSERT and the SELECT only when retention deletes
             // it; then the next round inserts this one. Three rounds are plenty.
             for _ in 0..<3 where !remaining.isEmpty {
-                let inserted = try await connection.query("""
-                    INSERT INTO send_log (request_id, device_token, event_id, outcome, http_status, apns_reason,
-                        apns_id, attempts, report)
-                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], $6::text[],
-                        $7::text[], $8::integer[], $9::bytea[])
-                    ON CONFLICT (request_id, device_token) DO NOTHING
-                    RETURNING request_id, device_token
-                    """,
-                    [.string(PostgresArrayLiteral.text(remaining.map(\.key.requestID))),
-                     .string(PostgresArrayLiteral.text(remaining.map(\.key.deviceToken))),
-                     .string(PostgresArrayLiteral.text(remaining.map(\.eventID))),
-                     .string(PostgresArrayLiteral.text(remaining.map(\.outcome))),
-                     .string(PostgresArrayLiteral.int64(remaining.map(\.httpStatus))),
-                     .string(PostgresArrayLiteral.text(remaining.map(\.apnsReason))),
-                     .string(PostgresArrayLiteral.text(remaining.map(\.apnsID))),
-                     .string(PostgresArrayLiteral.int64(remaining.map(\.attempts))),
-                     .string(PostgresArrayLiteral.bytea(remaining.map(\.report)))],
-                    prepared: true)
+                let inserted = try await connection.query(
+                    SendLogV2.insert(probingOldTable: probing), SendLogV2.insertParameters(remaining), prepared: true)
                 var insertedKeys = Set<SendLogRow.Key>()
                 for row in inserted {
                     insertedKeys.insert(SendLogRow.Key(
@@ -194,7 +187,7 @@ public final class SendLogWriter: Service, Sendable {
                 // A new statement, so it sees the rows of concurrent writers that the INSERT waited for.
                 let stored = try await connection.query("""
                     SELECT s.request_id, s.device_token, s.report
-                      FROM send_log AS s
+                      FROM send_log_all AS s
                       JOIN unnest($1::text[], $2::text[]) AS k(request_id, device_token)
                         ON s.request_id = k.request_id AND s.device_token = k.device_token
                     """,

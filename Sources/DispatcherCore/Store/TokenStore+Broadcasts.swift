@@ -24,30 +24,33 @@ extension TokenStore {
     public func broadcastRow(requestID: String, key: String) async throws -> BroadcastLogRow? {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
-                "SELECT outcome, report FROM send_log WHERE request_id = $1 AND device_token = $2", [.string(requestID), .string(key)])
+                "SELECT outcome, report FROM send_log_all WHERE request_id = $1 AND device_token = $2", [.string(requestID), .string(key)])
         }
         guard let row = rows.first, let outcome = try row.string("outcome"), let event = try row.bytes("report") else { return nil }
         return BroadcastLogRow(outcome: outcome, event: event)
     }
 
-    /// Inserts a broadcast's row (the pending intent, or a refusal's final outcome) unless the key has
-    /// one already.
+    /// Inserts a broadcast's row (the pending intent, or a refusal's final outcome) into `send_log_v2`
+    /// unless the key has one already there or in the old `send_log`.
+    /// - Parameter requestedAtMs: the request's `requested_at_ms`, whose UTC day is the row's
+    ///   `request_day` (docs/send-log.md "The partition key").
     /// - Returns: nil when this call inserted it; otherwise the row already there (left unchanged).
     /// - Throws: `PostgresError`.
     public func insertBroadcastRow(
-        requestID: String, key: String, eventID: String, outcome: String, httpStatus: Int, apnsReason: String, apnsID: String,
+        requestID: String, key: String, requestedAtMs: Int64, outcome: String, httpStatus: Int, apnsReason: String,
         attempts: Int, event: [UInt8]
     ) async throws -> BroadcastLogRow? {
         for _ in 0..<3 {
             let inserted = try await pool.withConnection { connection in
                 try await connection.query("""
-                    INSERT INTO send_log (request_id, device_token, event_id, outcome, http_status, apns_reason, apns_id, attempts, report)
-                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                    ON CONFLICT (request_id, device_token) DO NOTHING
+                    INSERT INTO send_log_v2 (request_id, device_token, request_day, outcome, http_status, apns_reason, attempts, report)
+                    SELECT $1, $2, \(SendLogV2.day(of: "$3::bigint")), $4, $5, $6, $7, $8
+                     WHERE NOT EXISTS (SELECT 1 FROM send_log WHERE request_id = $1 AND device_token = $2)
+                    ON CONFLICT (request_id, device_token, request_day) DO NOTHING
                     RETURNING request_id
                     """,
-                    [.string(requestID), .string(key), .string(eventID), .string(outcome), .int(httpStatus), .string(apnsReason),
-                     .string(apnsID), .int(attempts), .bytes(event)])
+                    [.string(requestID), .string(key), .int64(requestedAtMs), .string(outcome), .int(httpStatus), .string(apnsReason),
+                     .int(attempts), .bytes(event)])
             }
             if !inserted.isEmpty { return nil }
             // The row that was there (it can vanish in between only to the retention job: insert again).
@@ -56,15 +59,20 @@ extension TokenStore {
         throw PostgresError(code: .unsupportedResult, message: "send_log row of broadcast \(requestID) neither inserted nor found")
     }
 
-    /// Sets a broadcast's final outcome on its row (the intent written before the Apple request).
+    /// Sets a broadcast's final outcome on its row (the intent written before the Apple request), in
+    /// `send_log_v2` or, for an intent written before the upgrade, in `send_log`.
+    /// - Parameter apnsID: kept in the old table's `apns_id` only (`send_log_v2` has it in `event`).
     /// - Throws: `PostgresError`.
     public func settleBroadcastRow(
         requestID: String, key: String, outcome: String, httpStatus: Int, apnsReason: String, apnsID: String, attempts: Int, event: [UInt8]
     ) async throws {
         _ = try await pool.withConnection { connection in
             try await connection.execute("""
-                UPDATE send_log SET outcome = $3, http_status = $4, apns_reason = $5, apns_id = $6, attempts = $7, report = $8,
-                       completed_at = now()
+                WITH old AS (
+                    UPDATE send_log SET outcome = $3, http_status = $4, apns_reason = $5, apns_id = $6, attempts = $7, report = $8,
+                           completed_at = now()
+                     WHERE request_id = $1 AND device_token = $2)
+                UPDATE send_log_v2 SET outcome = $3, http_status = $4, apns_reason = $5, attempts = $7, report = $8, completed_at = now()
                  WHERE request_id = $1 AND device_token = $2
                 """,
                 [.string(requestID), .string(key), .string(outcome), .int(httpStatus), .string(apnsReason), .string(apnsID),
@@ -77,8 +85,11 @@ extension TokenStore {
     /// - Throws: `PostgresError`.
     public func settleUnconfirmedBroadcast(requestID: String, key: String) async throws {
         _ = try await pool.withConnection { connection in
-            try await connection.execute(
-                "UPDATE send_log SET outcome = 'FAILED', completed_at = now() WHERE request_id = $1 AND device_token = $2 AND outcome = $3",
+            try await connection.execute("""
+                WITH old AS (UPDATE send_log SET outcome = 'FAILED', completed_at = now()
+                              WHERE request_id = $1 AND device_token = $2 AND outcome = $3)
+                UPDATE send_log_v2 SET outcome = 'FAILED', completed_at = now() WHERE request_id = $1 AND device_token = $2 AND outcome = $3
+                """,
                 [.string(requestID), .string(key), .string(Self.pendingBroadcastOutcome)])
         }
     }

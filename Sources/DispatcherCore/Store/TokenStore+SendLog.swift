@@ -10,7 +10,7 @@ extension TokenStore {
         guard !requestIDs.isEmpty else { return [:] }
         let rows = try await pool.withConnection { connection in
             try await connection.query(
-                "SELECT request_id, device_token, report, acknowledged FROM send_log WHERE request_id = ANY($1::text[])",
+                "SELECT request_id, device_token, report, acknowledged FROM send_log_all WHERE request_id = ANY($1::text[])",
                 [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
         }
         var result: [String: [String: RecordedOutcome]] = [:]

@@ -21,6 +21,8 @@ public final class TokenStore: Sendable {
     /// - Throws: `PostgresError`.
     public func migrate() async throws {
         _ = try await PostgresMigrator(migrations: TokenStoreMigrations.all).migrate(using: pool)
+        // send_log_v2's day partitions ahead (docs/send-log.md "Partitions"); none is dropped here.
+        try await SendLogPartitions(pool: pool, retention: nil).ensure()
     }
 
     // MARK: Token events
@@ -186,7 +188,7 @@ public final class TokenStore: Sendable {
     public func recordedOutcomes(requestID: String) async throws -> [String: [UInt8]] {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
-                "SELECT device_token, report FROM send_log WHERE request_id = $1", [.string(requestID)])
+                "SELECT device_token, report FROM send_log_all WHERE request_id = $1", [.string(requestID)])
         }
         var result: [String: [UInt8]] = [:]
         for row in rows {
@@ -213,27 +215,22 @@ public final class TokenStore: Sendable {
     /// - Throws: `PostgresError`.
     public func markAcknowledged(requestID: String) async throws {
         _ = try await pool.withConnection { connection in
-            try await connection.execute(
-                "UPDATE send_log SET acknowledged = true WHERE request_id = $1 AND NOT acknowledged", [.string(requestID)])
+            try await connection.execute("""
+                WITH old AS (UPDATE send_log SET acknowledged = true WHERE request_id = $1 AND NOT acknowledged)
+                UPDATE send_log_v2 SET acknowledged = true WHERE request_id = $1 AND NOT acknowledged
+                """, [.string(requestID)])
         }
     }
 
-    /// Records a final outcome; a second record for the same (request, token) is ignored.
+    /// Records a final outcome in `send_log_v2`; a second record for the same (request, token) is
+    /// ignored, also when the old `send_log` holds one (docs/send-log.md).
     /// - Returns: whether this call recorded it.
     /// - Throws: `PostgresError`.
     @discardableResult
     public func recordOutcome(_ report: DeliveryReport, event: [UInt8]) async throws -> Bool {
         let rows = try await pool.withConnection { connection in
-            try await connection.query("""
-                INSERT INTO send_log (request_id, device_token, event_id, outcome, http_status, apns_reason,
-                    apns_id, attempts, report)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                ON CONFLICT (request_id, device_token) DO NOTHING
-                RETURNING request_id
-                """,
-                [.string(report.requestID), .string(report.deviceToken), .string(report.eventID),
-                 .string(report.outcome.protoName ?? "UNKNOWN"), .int(Int(report.httpStatus)), .string(report.apnsReason),
-                 .string(report.apnsID), .int(Int(report.attempts)), .bytes(event)])
+            try await connection.query(
+                SendLogV2.insert(probingOldTable: true), SendLogV2.insertParameters([SendLogRow(report, event: event)]), prepared: true)
         }
         return !rows.isEmpty
     }

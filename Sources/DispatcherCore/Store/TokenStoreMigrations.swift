@@ -141,5 +141,7 @@ public enum TokenStoreMigrations {
             """),
         // Live Activity broadcast channels (docs/live-activities.md): defined beside their store.
         ChannelStore.migration,
+        // send_log_v2 beside send_log (docs/send-log.md "Two tables during the transition").
+        SendLogV2.migration,
     ]
 }

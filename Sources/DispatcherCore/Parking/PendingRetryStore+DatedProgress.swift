@@ -1,0 +1,62 @@
+import Postgres
+
+extension PendingRetryStore {
+    /// A request whose progress is read, with the `requested_at_ms` its outcomes were recorded under
+    /// when that is stable (the request's `created_at_ms`; 0 when it has none).
+    public struct ProgressRead: Sendable, Hashable {
+        /// The request id.
+        public var requestID: String
+        /// The request's `created_at_ms` (milliseconds since the Unix epoch), or 0 when unknown.
+        public var requestedAtMs: Int64
+
+        /// - Parameters:
+        ///   - requestID: the request id.
+        ///   - requestedAtMs: the request's `created_at_ms`, 0 when it has none.
+        public init(requestID: String, requestedAtMs: Int64) {
+            self.requestID = requestID
+            self.requestedAtMs = requestedAtMs
+        }
+    }
+
+    /// `progress(requestIDs:limit:)` for requests whose `requested_at_ms` is known: their outcomes in
+    /// `send_log_v2` are read from their day's partition only (PostgreSQL prunes the others at run
+    /// time), instead of one primary-key descent per partition (docs/send-log.md "What `send_log_v2`
+    /// costs and saves"); the old `send_log` is read as before. Reads with `requestedAtMs` 0 read every
+    /// partition.
+    /// - Parameter limit: rows read per request and table, as `progress(requestIDs:limit:)`.
+    /// - Throws: `PostgresError`.
+    public func progress(_ reads: [ProgressRead], limit: Int) async throws -> [String: RequestProgress] {
+        guard !reads.isEmpty else { return [:] }
+        let dated = reads.filter { $0.requestedAtMs > 0 }
+        let undated = reads.filter { $0.requestedAtMs <= 0 }.map(\.requestID)
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked
+                  FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
+                 CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = r.id LIMIT $2) AS s
+                UNION ALL
+                SELECT r.id, s.device_token, s.report, s.acknowledged, false
+                  FROM (SELECT DISTINCT * FROM unnest($3::text[], $4::bigint[]) AS r(id, requested_at_ms)) AS r
+                 CROSS JOIN LATERAL (
+                    (SELECT device_token, report, acknowledged FROM send_log_v2
+                      WHERE request_id = r.id AND request_day = \(SendLogV2.day(of: "r.requested_at_ms")))
+                    UNION ALL
+                    (SELECT device_token, report, acknowledged FROM send_log WHERE request_id = r.id)
+                    LIMIT $2) AS s
+                UNION ALL
+                SELECT r.id, p.device_token, NULL, false, true
+                  FROM (SELECT DISTINCT unnest($1::text[] || $3::text[]) AS id) AS r
+                 CROSS JOIN LATERAL (SELECT device_token FROM pending_retries WHERE request_id = r.id LIMIT $2) AS p
+                """,
+                [.string(PostgresArrayLiteral.text(undated)), .int(max(1, limit)),
+                 .string(PostgresArrayLiteral.text(dated.map(\.requestID))),
+                 .string(PostgresArrayLiteral.int64(dated.map(\.requestedAtMs)))],
+                prepared: true)
+        }
+        var result = try Self.progress(rows)
+        for (id, progress) in result where progress.recorded.count >= limit || progress.parked.count >= limit {
+            result[id]?.complete = false
+        }
+        return result
+    }
+}
