@@ -1,10 +1,12 @@
+import ServiceCore
+
 /// Conversions between milliseconds since the UNIX epoch and PostgreSQL's ISO text format
 /// (`DateStyle = ISO`, the server default): `2024-01-02 03:04:05.123456+05:30`, `2024-01-02`.
 enum PostgresTimestamp {
     /// `YYYY-MM-DD HH:MM:SS.mmm+00` for `milliseconds` since the epoch (proleptic Gregorian, UTC).
     static func format(milliseconds: Int64) -> String {
         let (days, msOfDay) = floorDivide(milliseconds, 86_400_000)
-        let (year, month, day) = civil(fromDays: days)
+        let (year, month, day) = CivilCalendar.civil(fromDays: days)
         let hour = msOfDay / 3_600_000, minute = msOfDay / 60_000 % 60, second = msOfDay / 1000 % 60, ms = msOfDay % 1000
         return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2)) \(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(ms, 3))+00"
     }
@@ -22,7 +24,7 @@ enum PostgresTimestamp {
               (1...12).contains(month), (1...31).contains(day)
         else { return nil }
         if isBC { year = 1 - year }
-        var ms = days(fromYear: year, month: month, day: day) * 86_400_000
+        var ms = CivilCalendar.days(fromYear: year, month: month, day: day) * 86_400_000
         if scanner.atEnd { return ms }
         guard scanner.take(UInt8(ascii: " ")) || scanner.take(UInt8(ascii: "T")),
               let hour = scanner.number(minDigits: 2, maxDigits: 2), scanner.take(UInt8(ascii: ":")),
@@ -95,29 +97,5 @@ enum PostgresTimestamp {
         var q = a / b, r = a % b
         if r < 0 { q -= 1; r += b }
         return (q, r)
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-    static func days(fromYear year: Int64, month: Int64, day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
-
-    /// The proleptic Gregorian date of `days` since 1970-01-01 (Hinnant's `civil_from_days`).
-    static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }

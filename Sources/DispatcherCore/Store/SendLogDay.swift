@@ -1,3 +1,5 @@
+import ServiceCore
+
 /// A UTC calendar day, the partition key of `send_log_v2` (`request_day`, docs/send-log.md "The
 /// partition key"): days since 1970-01-01.
 public struct SendLogDay: Sendable, Hashable, Comparable, CustomStringConvertible {
@@ -43,35 +45,14 @@ public struct SendLogDay: Sendable, Hashable, Comparable, CustomStringConvertibl
         guard digits.count == 8, digits.allSatisfy(\.isASCII), let value = Int64(digits), value >= 0 else { return nil }
         let year = value / 10_000, month = value / 100 % 100, day = value % 100
         guard (1...12).contains(month), (1...31).contains(day) else { return nil }
-        self.number = Self.days(year: year, month: month, day: day)
+        self.number = CivilCalendar.days(fromYear: year, month: month, day: day)
         guard partitionName == name else { return nil }
     }
 
     public static func < (lhs: SendLogDay, rhs: SendLogDay) -> Bool { lhs.number < rhs.number }
 
-    /// (year, month, day) of the day: Howard Hinnant's `civil_from_days`
-    /// (http://howardhinnant.github.io/date_algorithms.html, public domain).
-    private var civil: (Int64, Int64, Int64) {
-        let z = number + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let day = doy - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yoe + era * 400 + (month <= 2 ? 1 : 0), month, day)
-    }
-
-    /// Days since 1970-01-01 of a civil date: `days_from_civil` of the same source.
-    private static func days(year: Int64, month: Int64, day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let doy = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
-    }
+    /// (year, month, day) of the day.
+    private var civil: (Int64, Int64, Int64) { CivilCalendar.civil(fromDays: number) }
 
     private static func pad(_ value: Int64, _ width: Int) -> String {
         let text = String(value)
