@@ -43,9 +43,7 @@ extension Dispatcher {
     /// The refusal of a record whose value is larger than `PUSH_MAX_SEND_REQUEST_BYTES` (the consumer
     /// did not copy it).
     func oversized(_ message: KafkaMessage) -> SendRequestDecoder.Rejection {
-        SendRequestDecoder.Rejection(
-            "record value: \(message.oversizedValueBytes ?? 0) bytes (after the Kafka client decompressed it); at most \(configuration.intake.maxSendRequestBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
-            reason: "send_request_too_large")
+        SendRequestDecoder.tooLarge(bytes: message.oversizedValueBytes ?? 0, maxBytes: configuration.intake.maxSendRequestBytes)
     }
 
     /// A token event larger than `PUSH_MAX_SEND_REQUEST_BYTES`: kept on the dead-letter topic with its

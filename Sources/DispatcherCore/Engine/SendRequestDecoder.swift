@@ -50,11 +50,7 @@ public enum SendRequestDecoder {
     /// returning the request with the notification template its check built.
     /// - Throws: `Rejection`, as ``decode(_:limits:)``.
     static func decode(_ message: KafkaMessage, header: RecordContentType, limits: Limits) throws(Rejection) -> CheckedSendRequest {
-        guard message.value.count <= limits.maxBytes else {
-            throw Rejection(
-                "record value: \(message.value.count) bytes (after the Kafka client decompressed it); at most \(limits.maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
-                reason: "send_request_too_large")
-        }
+        guard message.value.count <= limits.maxBytes else { throw tooLarge(bytes: message.value.count, maxBytes: limits.maxBytes) }
         let contentType = header.text
         let isJSON = header.isJSON
         guard header.isEmpty || isJSON || header.isProtobuf else {
@@ -81,6 +77,14 @@ public enum SendRequestDecoder {
         }
         let template = try checked(request)
         return CheckedSendRequest(request: request, template: template)
+    }
+
+    /// The refusal of a record value of `bytes` (after the Kafka client decompressed it) over
+    /// `maxBytes` (`PUSH_MAX_SEND_REQUEST_BYTES`), reason `send_request_too_large`.
+    static func tooLarge(bytes: Int, maxBytes: Int) -> Rejection {
+        Rejection(
+            "record value: \(bytes) bytes (after the Kafka client decompressed it); at most \(maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
+            reason: "send_request_too_large")
     }
 
     private static func tooManyTokens(_ maxTokens: Int, detail: String) -> Rejection {

@@ -46,11 +46,7 @@ enum SendRequestsRoute: Sendable {
     private static func cancelOrSend(
         _ message: KafkaMessage, header: RecordContentType, limits: SendRequestDecoder.Limits
     ) throws(SendRequestDecoder.Rejection) -> SendRequestsRoute {
-        if let bytes = message.oversizedValueBytes {
-            throw SendRequestDecoder.Rejection(
-                "record value: \(bytes) bytes (after the Kafka client decompressed it); at most \(limits.maxBytes) (PUSH_MAX_SEND_REQUEST_BYTES)",
-                reason: "send_request_too_large")
-        }
+        if let bytes = message.oversizedValueBytes { throw SendRequestDecoder.tooLarge(bytes: bytes, maxBytes: limits.maxBytes) }
         if let cancel = try CampaignCancellations.cancelRequest(in: message, header: header, maxBytes: limits.maxBytes) { return .cancel(cancel) }
         return .send(try SendRequestDecoder.decode(message, header: header, limits: limits))
     }

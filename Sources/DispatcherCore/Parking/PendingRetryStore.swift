@@ -221,32 +221,18 @@ public final class PendingRetryStore: Sendable {
     /// - Throws: `PostgresError`.
     public func progress(requestIDs: [String], limit: Int? = nil) async throws -> [String: RequestProgress] {
         guard !requestIDs.isEmpty else { return [:] }
-        let rows = try await pool.withConnection { connection in
-            if let limit {
-                try await connection.query("""
-                    SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked
-                      FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
-                     CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = r.id LIMIT $2) AS s
-                    UNION ALL
-                    SELECT r.id, p.device_token, NULL, false, true
-                      FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
-                     CROSS JOIN LATERAL (SELECT device_token FROM pending_retries WHERE request_id = r.id LIMIT $2) AS p
-                    """, [.string(PostgresArrayLiteral.text(requestIDs)), .int(max(1, limit))], prepared: true)
-            } else {
-                try await connection.query("""
-                    SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log_all WHERE request_id = ANY($1::text[])
-                    UNION ALL
-                    SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
-                    """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
-            }
-        }
-        var result = try Self.progress(rows)
         if let limit {
-            for (id, progress) in result where progress.recorded.count >= limit || progress.parked.count >= limit {
-                result[id]?.complete = false
-            }
+            // The limited read of requests whose day is unknown: every partition of send_log_v2.
+            return try await progress(requestIDs.map { ProgressRead(requestID: $0, requestedAtMs: 0) }, limit: limit)
         }
-        return result
+        let rows = try await pool.withConnection { connection in
+            try await connection.query("""
+                SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log_all WHERE request_id = ANY($1::text[])
+                UNION ALL
+                SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
+                """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+        }
+        return try Self.progress(rows)
     }
 
     /// What earlier deliveries of `requestID` left for `tokens` only (one page of a request whose
