@@ -1,4 +1,5 @@
 import APNs
+import APNsSimulator
 import Foundation
 import PushMessages
 import PushTestSupport
@@ -106,6 +107,47 @@ extension DispatcherEngineSuites {
             #expect(sends == Dictionary(uniqueKeysWithValues: (big + small).map { ($0, 1) }))
             #expect(Set(world.feedback.reports("paged").map(\.deviceToken)) == Set(big + small))
             #expect(try await world.sendLog("paged").count == 53)
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// Tokens Apple is slow to answer hold only their own sends, never the rest of their request
+        /// (the kind of fault the fault matrix's `hung-tokens` row injects): a user with 70 tokens in
+        /// pages of 7, one token of every page held by the simulator. The 60 others are all delivered
+        /// while the 10 held answers are still outstanding (each of the 10 sent once: no stream timed
+        /// out, the request timeout is 20 s); released, the held ones are delivered and the request
+        /// completes with 70. Before, three pages were sent at a time and a page ended only with its
+        /// slowest answer, so pages 4 to 10 waited for the held ones.
+        @Test func tokensAnsweredLateDoNotHoldBackTheRestOfTheirRequest() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<70).map { EngineWorld.token("a7", $0) }.sorted()
+            try await Self.register(tokens, user: "slow", in: world)
+            // Pages are read in token order: every run of 7 tokens in that order holds one held token.
+            let held = stride(from: 3, to: tokens.count, by: 7).map { tokens[$0] }
+            let engine = try world.startEngine { $0.userPageSize = Self.pageSize }
+            // A warm-up request confirms the connection first (a new token connection sends one
+            // request before it fans out: a held token must not be that one).
+            try await Self.register([EngineWorld.token("a8")], user: "warm", in: world)
+            _ = try await world.produceRequest(Self.request("slow-warm-up", to: ["warm"]))
+            try await eventually("the warm-up request completed") { world.feedback.completions("slow-warm-up").count == 1 }
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: Set(held))
+            world.simulator.setFaults(faults)
+
+            _ = try await world.produceRequest(Self.request("slow", to: ["slow"]))
+            let healthy = Set(tokens).subtracting(held)
+            try await eventually("every token not held delivered while the held answers wait", timeout: .seconds(15)) {
+                Set(world.feedback.reports("slow").filter { $0.outcome == .delivered }.map(\.deviceToken)) == healthy
+            }
+            #expect(Set(world.simulator.heldTokens()) == Set(held), "the held answers are still outstanding")
+            #expect(Self.sends(of: held, in: world) == Dictionary(uniqueKeysWithValues: held.map { ($0, 1) }), "no held stream timed out")
+            #expect(world.feedback.completions("slow").isEmpty)
+            world.simulator.setFaults(APNsSimulatorFaults())
+            world.simulator.releaseHeld()
+            try await eventually("the request completed") { world.feedback.completions("slow").count == 1 }
+            let completed = try #require(world.feedback.completions("slow").first)
+            #expect((completed.total, completed.delivered) == (70, 70))
+            #expect(Self.sends(of: tokens, in: world) == Dictionary(uniqueKeysWithValues: tokens.map { ($0, 1) }))
             try await engine.stop()
             await world.close()
         }

@@ -6,21 +6,20 @@ import ServiceCore
 // MARK: - A request's targets in pages (docs/dispatcher-engine.md "A user's tokens in pages")
 
 extension SendRequestProcessor {
-    /// Pages of one request being sent at once: each starts sending behind the last send of the one
-    /// before (as a campaign's pages do), so the budget stays full between pages while at most this
-    /// many pages of tokens (and of earlier outcomes) are held.
-    static let requestPagesInFlight = 3
-
-    /// Sends a request's targets: `first` (its first read), then the pages `more` has left, each
-    /// through the pipeline (`deliver`). When `progress` is complete (it holds every earlier outcome of
-    /// the request: the common case), it serves every page; otherwise each page reads the earlier
-    /// outcomes of its own tokens (`PendingRetryStore.progress(requestID:tokens:)`), so a redelivered
-    /// million-token request holds a page's outcomes, not a million.
+    /// Sends a request's targets: `first` (its first read), then the pages `more` has left, read one
+    /// at a time. Each page's sends start once the page before started its last one, and the next
+    /// page is read then; the sends of every page run side by side in one task group, so a page ends
+    /// (and is let go) as soon as its sends started, whatever Apple's answers to them take. A token
+    /// that Apple answers late (or never, until the request timeout) holds its own send, never the
+    /// pages after it (docs/dispatcher-engine.md "A user's tokens in pages"). At most one page of
+    /// tokens (and of earlier outcomes) is held; what is in flight is bounded by admission.
     ///
-    /// The pages share one `RecordActivity`: the record counts as waiting only on retries once its
-    /// last page started its last send.
-    /// - Returns: the counts, parked notifications and abandonment of all pages together; once a
-    ///   page is abandoned (`context.shouldStop()`), no further page is read.
+    /// When `progress` is complete (it holds every earlier outcome of the request: the common case),
+    /// it serves every page; otherwise each page reads the earlier outcomes of its own tokens
+    /// (`PendingRetryStore.progress(requestID:tokens:)`), so a redelivered million-token request holds
+    /// a page's outcomes, not a million.
+    /// - Returns: the counts and parked notifications of all pages together, and whether it stopped
+    ///   early (`context.shouldStop()`: no further page is read).
     /// - Throws: as `deliver`, and `PostgresError` from a page's read.
     func deliverPages(
         first: DeliveryBatch, more: UserTokenPages?, progress: PendingRetryStore.RequestProgress, context: DeliveryContext,
@@ -29,50 +28,32 @@ extension SendRequestProcessor {
         if more == nil, progress.complete { return try await deliver(first, context) }
         let activity = RecordActivity(context.retryContext)
         defer { activity.startingDone() }
+        let tally = BatchTally()
         var pages = more
-        var total = BatchResult()
-        try await withThrowingTaskGroup(of: BatchResult.self) { group in
-            var running = 0
-            var previousStarted: OneShot?
+        var abandoned = false
+        try await withThrowingDiscardingTaskGroup { group in
+            // The record counts as waiting only on retries once the last page started its last send.
+            defer { activity.startingDone() }
             var next: DeliveryBatch? = first
             while let page = next {
-                if context.shouldStop() { total.abandoned = true; break }
+                if context.shouldStop() { abandoned = true; break }
                 var pageContext = context
                 if !progress.complete {
                     let found = try await parking.progress(requestID: context.request.requestID, tokens: page.tokens)
                     pageContext.recorded = found.recorded
                     pageContext.parked = found.parked
                 }
-                let turn = (after: previousStarted, started: OneShot())
-                previousStarted = turn.started
-                pageContext.turn = turn
-                if running == Self.requestPagesInFlight, let done = try await group.next() {
-                    total.add(done)
-                    running -= 1
+                if try await startSends(page, pageContext, tally: tally, activity: activity, in: &group) {
+                    abandoned = true
+                    break
                 }
-                group.addTask { [pageContext] in try await self.deliver(page, pageContext, activity: activity) }
-                running += 1
+                next = nil
                 if var left = pages {
                     next = try await nextUserPage(&left, template: context.template, environment: environment)
                     pages = left
-                } else {
-                    next = nil
                 }
             }
-            // Nothing more starts once the last page issued started its last send.
-            await previousStarted?.wait()
-            activity.startingDone()
-            for try await done in group { total.add(done) }
         }
-        return total
-    }
-}
-
-extension BatchResult {
-    /// Adds another page's result to this one.
-    mutating func add(_ other: BatchResult) {
-        counts = counts + other.counts
-        parked += other.parked
-        abandoned = abandoned || other.abandoned
+        return BatchResult(counts: tally.counts, parked: tally.parked, abandoned: abandoned)
     }
 }
