@@ -250,6 +250,37 @@ struct SendLogV2DatedProgressTests {
     }
 }
 
+/// The cost of the progress look-up does not grow with its day partition, whatever the statistics
+/// say: on a partition holding one fan-out of 4,000 rows (a handful of distinct request ids, analyzed),
+/// the prepared statement's generic plan reads `send_log_v2` by primary key, never by a sequential scan
+/// of the partition. With the plain `LIMIT` the plan chose that scan for every look-up (1,658 µs of
+/// PostgreSQL CPU per single-token request in `scripts/bench-e2e` (a) after 60,000 rows of the day).
+@Suite(.testDatabase, .serialized, .timeLimit(.minutes(2)))
+struct SendLogV2ProgressPlanTests {
+    @Test func theProgressReadUsesThePrimaryKeyOnAPartitionOfFewLargeRequests() async throws {
+        let (_, pool) = try await SendLogWriterTests.store()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let partition = SendLogDay(milliseconds: now).partitionName
+        try await pool.execute("""
+            INSERT INTO send_log_v2 (request_id, device_token, request_day, outcome, http_status, apns_reason, attempts, report)
+            SELECT 'v2-plan-fan-out', lpad(to_hex(n), 64, '0'), (now() AT TIME ZONE 'UTC')::date, 'DELIVERED', 200, '', 1, '\\x0a'::bytea
+              FROM generate_series(1, 4000) AS n
+            """)
+        try await pool.execute("ANALYZE \(partition)")
+        let plan = try await pool.withConnection { connection in
+            _ = try await connection.execute("SET plan_cache_mode = force_generic_plan")
+            _ = try await connection.execute("PREPARE progress_plan(text[], integer, text[], bigint[]) AS \(PendingRetryStore.progressSQL)")
+            let rows = try await connection.query("EXPLAIN EXECUTE progress_plan('{v2-plan-undated}', 1000, '{v2-plan-dated}', '{\(now)}')")
+            _ = try await connection.execute("DEALLOCATE progress_plan")
+            _ = try await connection.execute("RESET plan_cache_mode")
+            return try rows.map { try $0.string("QUERY PLAN") ?? "" }
+        }
+        #expect(plan.contains { $0.contains("Index") && $0.contains(partition) }, "the day partition is read: \(plan)")
+        #expect(!plan.contains { $0.contains("Seq Scan") && $0.contains("send_log") }, "no sequential scan of send_log: \(plan.joined(separator: "\n"))")
+        await pool.close()
+    }
+}
+
 /// Extreme `requested_at_ms` values (a producer's `created_at_ms`): a row keyed by day 9999-12-31
 /// instead of a failed batch. The day overflowed `integer` (22003) and failed every row of the batch
 /// and every request of a look-up batch (HostileInputTests.extremeNumbersInRequestsEndCleanly).
