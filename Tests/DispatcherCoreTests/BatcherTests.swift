@@ -81,6 +81,36 @@ struct BatcherTests {
         #expect(!batcher.enqueue(3))
     }
 
+    /// `enqueue(_:whenRun:)` (how a report's place in `SendLogWriter`'s unmarked window is given back):
+    /// `done` is called once its batch ran, whether `execute` returned or threw, and once for an item a
+    /// cancelled batcher abandoned; never before the batch ran.
+    @Test func anEnqueuedItemsDoneRunsOnceAfterItsBatchWhateverTheBatchDid() async throws {
+        let calls = Mutex<[Int]>([])
+        let executed = Mutex<Set<Int>>([])
+        let failing = Batcher<Int, Int>(name: "test", settings: .init(maxBatch: 10)) { inputs in
+            executed.withLock { $0.formUnion(inputs) }
+            if inputs.contains(2) { throw TestFailure("batch of \(inputs) failed") }
+            return inputs
+        }
+        try await whileRunning(failing) {
+            for item in [1, 2] {
+                // Negative: `done` ran before its batch did.
+                #expect(failing.enqueue(item) { calls.withLock { $0.append(executed.withLock { $0.contains(item) } ? item : -item) } })
+                try await eventually("item \(item)'s done ran") { calls.withLock { $0.contains { abs($0) == item } } }
+            }
+        }
+        #expect(calls.withLock { $0 } == [1, 2], "one call each after its batch ran, the failed batch's too")
+
+        let waiting = Batcher<Int, Int>(name: "test", settings: .init(maxWait: .seconds(3600))) { $0 }
+        let runner = Task { try await waiting.run(shutdown: GracefulShutdown()) }
+        #expect(waiting.enqueue(3) { calls.withLock { $0.append(-3) } })
+        _ = try await CampaignStoreTests.eventually("the item waits in the batcher") { waiting.hasWaiting ? true : nil }
+        #expect(calls.withLock { $0 } == [1, 2])
+        runner.cancel()
+        _ = await runner.result
+        #expect(calls.withLock { $0 } == [1, 2, -3], "the abandoned item's done ran (its batch never did)")
+    }
+
     @Test func cancellationFailsTheWaitingCallers() async throws {
         let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxWait: .seconds(3600))) { $0 }
         let runner = Task { try await batcher.run(shutdown: GracefulShutdown()) }

@@ -59,7 +59,7 @@ extension SendRequestProcessor {
                 tally.countParked()
                 continue
             }
-            if let earlier = context.recorded[target.token], let report = republish(earlier, token: target.token, context) {
+            if let earlier = context.recorded[target.token], let report = try await republish(earlier, token: target.token, context) {
                 tally.count(report.outcome)
                 continue
             }

@@ -18,14 +18,22 @@ extension SendRequestProcessor {
     /// Stages "record" and "publish": records the final outcome in `send_log` (batched, see
     /// `SendLogWriter`), then publishes its report (in that order: a redelivered request re-publishes
     /// what was recorded instead of sending again). When the row already existed, the stored report
-    /// is published, never a new outcome.
+    /// is published, never a new outcome. With acknowledgement marks on, the report first waits for a
+    /// place in the unmarked window (`SendLogWriter.reserveUnmarked()`), held until its mark is written.
     /// - Returns: the outcome that stands (this one, or the one recorded first).
     /// - Throws: `PostgresError` caused by the data; `CancellationError`.
     func publishOutcome(_ report: DeliveryReport, traceParent: String, acks: Acknowledgements) async throws -> DeliveryReport {
         var report = report
         report.eventID = FeedbackEventID.deliveryReport(requestID: report.requestID, deviceToken: report.deviceToken)
         let bytes = feedback.event(id: report.eventID, .deliveryReport(report), traceParent: traceParent).serializedBytes()
-        let answer = try await record(report, event: bytes)
+        let place = try await sendLog.reserveUnmarked()
+        let answer: RecordedAnswer
+        do {
+            answer = try await record(report, event: bytes)
+        } catch {
+            place?.release()
+            throw error
+        }
         let publish: [UInt8]
         switch answer {
         case .recorded:
@@ -34,18 +42,27 @@ extension SendRequestProcessor {
             publish = event
             report = first
         }
-        let key = report.deviceToken
-        let requestID = report.requestID
+        start(publishing: publish, requestID: report.requestID, token: report.deviceToken, traceParent: traceParent,
+              place: place, acks: acks)
+        return report
+    }
+
+    /// Produces a recorded report's event without waiting for Kafka (`acks` waits): once Kafka
+    /// acknowledged it, it is remembered (`AcknowledgedReports`) and its row marked, which gives back
+    /// its place in the unmarked window; a failed publication gives the place back at once.
+    private func start(publishing event: [UInt8], requestID: String, token: String, traceParent: String,
+                       place: NotificationPermit?, acks: Acknowledgements) {
         acks.start { [feedback, acknowledged, sendLog] ended in
-            feedback.publish(serialized: publish, key: key, traceParent: traceParent) { failure in
+            feedback.publish(serialized: event, key: token, traceParent: traceParent) { failure in
                 if failure == nil {
-                    acknowledged.insert(requestID: requestID, token: key)
-                    sendLog.markAcknowledged(requestID: requestID, deviceToken: key)
+                    acknowledged.insert(requestID: requestID, token: token)
+                    sendLog.markAcknowledged(requestID: requestID, deviceToken: token, releasing: place)
+                } else {
+                    place?.release()
                 }
                 ended(failure)
             }
         }
-        return report
     }
 
     /// Records the outcome (`recordRetrying`) and says whose outcome `send_log` holds: the writer
@@ -58,22 +75,18 @@ extension SendRequestProcessor {
     }
 
     /// Stage "publish" for an outcome an earlier delivery recorded (`DeliveryContext.recorded`): never
-    /// sent again; its report is published again unless Kafka is known to have acknowledged it.
+    /// sent again; its report is published again unless Kafka is known to have acknowledged it (with
+    /// marks on, after taking a place in the unmarked window, as `publishOutcome` does).
     /// - Returns: the recorded report, or nil when the stored bytes are not a delivery report (the
     ///   notification then goes through the pipeline again).
-    func republish(_ earlier: TokenStore.RecordedOutcome, token: String, _ context: DeliveryContext) -> DeliveryReport? {
+    /// - Throws: `CancellationError` while waiting for a place in the unmarked window.
+    func republish(_ earlier: TokenStore.RecordedOutcome, token: String, _ context: DeliveryContext) async throws -> DeliveryReport? {
         guard let event = try? FeedbackEvent(protobufBytes: earlier.event), case .deliveryReport(let report)? = event.event else { return nil }
         let requestID = context.request.requestID
         if !earlier.acknowledged, !acknowledged.contains(requestID: requestID, token: token) {
-            context.acks.start { [feedback, acknowledged, sendLog] ended in
-                feedback.publish(serialized: earlier.event, key: token, traceParent: event.traceParent) { failure in
-                    if failure == nil {
-                        acknowledged.insert(requestID: requestID, token: token)
-                        sendLog.markAcknowledged(requestID: requestID, deviceToken: token)
-                    }
-                    ended(failure)
-                }
-            }
+            let place = try await sendLog.reserveUnmarked()
+            start(publishing: earlier.event, requestID: requestID, token: token, traceParent: event.traceParent,
+                  place: place, acks: context.acks)
         }
         return report
     }

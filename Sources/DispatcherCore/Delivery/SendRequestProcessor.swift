@@ -38,7 +38,7 @@ public final class SendRequestProcessor: Sendable {
     let recordWarnings = Mutex(LogRateLimiter(interval: .seconds(5)))
     /// Notifications a SIGKILL can send twice: sent to Apple or answered, outcome not yet durable in
     /// `send_log` (the in-flight budget plus one unflushed `send_log` batch; docs/send-log.md), and
-    /// the acknowledged reports whose marks a SIGKILL can lose (published again on redelivery).
+    /// the reports a SIGKILL can make a redelivery publish again with marks on (the unmarked window).
     public var crashWindow: (inFlight: Int, unflushedBatch: Int, unflushedMarks: Int) {
         (maxInFlight, sendLog.maxBatch, sendLog.unflushedMarks)
     }

@@ -40,6 +40,8 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         var input: Input
         /// Nil for an item queued without a caller waiting (`enqueue`).
         var continuation: CheckedContinuation<Output, any Error>?
+        /// For an item queued by `enqueue(_:whenRun:)`: called once its batch ran (or was abandoned).
+        var done: (@Sendable () -> Void)? = nil
     }
 
     private struct State {
@@ -96,11 +98,13 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
 
     /// Queues `input` without waiting for its output (from synchronous code, e.g. a C callback's
     /// thread): it runs with the next batch; its output, or what the batch throws, is dropped.
+    /// - Parameter done: called once, after the batch holding `input` ran (whether `execute` returned
+    ///   or threw) or was abandoned by a cancelled batcher; not called when nothing was queued.
     /// - Returns: false when the batcher has stopped (nothing queued).
-    public func enqueue(_ input: Input) -> Bool {
+    public func enqueue(_ input: Input, whenRun done: (@Sendable () -> Void)? = nil) -> Bool {
         let (accepted, wake) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
             guard !state.finished else { return (false, nil) }
-            guard state.queue.submitted(Entry(input: input, continuation: nil), at: .now) else { return (true, nil) }
+            guard state.queue.submitted(Entry(input: input, continuation: nil, done: done), at: .now) else { return (true, nil) }
             return (true, Self.takeLoop(&state))
         }
         wake?.resume()
@@ -153,7 +157,10 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
                 state.finished = true
                 return state.queue.abandonWaiting()
             }
-            for entry in abandoned { entry.continuation?.resume(throwing: CancellationError()) }
+            for entry in abandoned {
+                entry.continuation?.resume(throwing: CancellationError())
+                entry.done?()
+            }
         }
     }
 
@@ -165,6 +172,7 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         } catch {
             for entry in batch { entry.continuation?.resume(throwing: error) }
         }
+        for entry in batch { entry.done?() }
         let loop = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.queue.batchFinished()
             return Self.takeLoop(&state)

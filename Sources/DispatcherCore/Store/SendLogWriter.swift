@@ -27,8 +27,11 @@ import Synchronization
 /// Kafka acknowledged a report, its row's `acknowledged` column is set, batched likewise (one
 /// `UPDATE … FROM unnest(…)` per batch of up to `maxMarkBatch`, a mark waiting at most
 /// `markInterval`). A redelivered request publishes again only the reports not marked, so after a
-/// SIGKILL the reports published twice are the ones whose marks were not written yet: the reports
-/// in flight plus `unflushedMarks` (docs/send-log.md).
+/// SIGKILL the reports published twice are the ones whose rows were recorded and not marked yet.
+/// Those are bounded: a report takes a place in the unmarked window (`reserveUnmarked()`, at most
+/// `unflushedMarks` places) before its row is recorded, and gives it back once its mark was written
+/// (or its publication failed); while the window is full, outcomes wait to be recorded, and the
+/// notifications behind them wait for their in-flight permits (docs/send-log.md).
 public final class SendLogWriter: Service, Sendable {
     /// The longest a row waits before its batch is written.
     public let flushInterval: Duration
@@ -40,9 +43,12 @@ public final class SendLogWriter: Service, Sendable {
     public let markInterval: Duration
     /// The most marks written by one statement (default 250).
     public let maxMarkBatch: Int
-    /// Acknowledgements a SIGKILL can find not yet marked: the marks waiting plus the ones being
-    /// written (one batch waiting, one running); 0 when marks are off.
+    /// The most reports recorded in `send_log` and not yet marked acknowledged (the unmarked
+    /// window: published and waiting for Kafka, or acknowledged and waiting for their mark), so the
+    /// most a SIGKILL can make a redelivery publish again; 0 when marks are off (unbounded then).
     public var unflushedMarks: Int { marksAcknowledgements ? 2 * maxMarkBatch : 0 }
+    /// The places of the unmarked window; nil when marks are off.
+    private let unmarked: AsyncSemaphore?
 
     private let pool: PostgresPool
     private let logger: Logger
@@ -70,6 +76,7 @@ public final class SendLogWriter: Service, Sendable {
         self.marksAcknowledgements = marksAcknowledgements
         self.markInterval = markInterval
         self.maxMarkBatch = max(1, maxMarkBatch)
+        self.unmarked = marksAcknowledgements ? AsyncSemaphore(permits: 2 * max(1, maxMarkBatch)) : nil
         self.logger = logger
         let legacy = LegacySendLogProbe()
         self.legacy = legacy
@@ -109,12 +116,30 @@ public final class SendLogWriter: Service, Sendable {
         }
     }
 
+    /// Waits for a place in the unmarked window, to take before a report's row is recorded (or an
+    /// unmarked row's report is published again) and to give back through `markAcknowledged(…,
+    /// releasing:)` or, when the report is not published after all, `release()`.
+    /// - Returns: the place, held; nil when marks are off (no window).
+    /// - Throws: `CancellationError` when the caller is cancelled while waiting (no place is held).
+    func reserveUnmarked() async throws -> NotificationPermit? {
+        guard let unmarked else { return nil }
+        let place = NotificationPermit(unmarked)
+        try await place.acquire()
+        return place
+    }
+
     /// Marks the row of (`requestID`, `deviceToken`) acknowledged: Kafka acknowledged its report.
     /// Queued without waiting (callable from Kafka's delivery callback); a no-op when marks are off
     /// or the writer stopped (the report is then published again if the request is redelivered).
-    public func markAcknowledged(requestID: String, deviceToken: String) {
-        guard marksAcknowledgements else { return }
-        _ = marks.enqueue(SendLogRow.Key(requestID: requestID, deviceToken: deviceToken))
+    /// - Parameter place: the report's place in the unmarked window, given back once the mark's
+    ///   statement ran (written, or failed: a mark lost is a repeat on redelivery, never a loss).
+    func markAcknowledged(requestID: String, deviceToken: String, releasing place: NotificationPermit? = nil) {
+        var done: (@Sendable () -> Void)?
+        if let place { done = { place.release() } }
+        guard marksAcknowledgements, marks.enqueue(SendLogRow.Key(requestID: requestID, deviceToken: deviceToken), whenRun: done) else {
+            place?.release()
+            return
+        }
     }
 
     /// Sets `acknowledged` on the rows of `keys`, in `send_log_v2` or in the old `send_log` (a request

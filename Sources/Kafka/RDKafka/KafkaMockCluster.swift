@@ -67,6 +67,15 @@ public final class KafkaMockCluster: Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "broker \(id): \(String(cString: rd_kafka_err2str(err)))") }
     }
 
+    /// Delays every response of broker `id` (-1: every broker) by `milliseconds` from now on, on every
+    /// connection (`rd_kafka_mock_broker_set_rtt`); 0 ends the delay. Requests are still served in
+    /// order: a delayed Produce response delays the producer's delivery reports by as much.
+    /// - Throws: `KafkaError` when there is no such broker.
+    public func setBrokerRoundTripTime(_ id: Int32, milliseconds: Int) throws(KafkaError) {
+        let err = rd_kafka_mock_broker_set_rtt(owner.cluster, id, Int32(milliseconds))
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "broker \(id): \(String(cString: rd_kafka_err2str(err)))") }
+    }
+
     /// Moves the leadership of `topic`/`partition` to broker `brokerID` (`rd_kafka_mock_partition_set_leader`).
     /// - Throws: `KafkaError` for an unknown topic, partition or broker.
     public func setPartitionLeader(topic: String, partition: KafkaPartition, brokerID: Int32) throws(KafkaError) {
