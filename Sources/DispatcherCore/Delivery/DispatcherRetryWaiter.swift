@@ -6,7 +6,9 @@ import Synchronization
 /// One permit of an in-flight budget (the process-wide budget, or the campaign lane), held by one
 /// notification: taken by `InFlightBudgetPolicy` when the notification is admitted, released while
 /// the notification waits for a retry, queued for again when the wait ends, and given back at most
-/// once when the notification settles. A notification admitted without a budget holds none.
+/// once when the notification settles. A notification admitted without a budget holds none. Also a
+/// report's place in `SendLogWriter`'s unmarked window (taken before its row is recorded, given back
+/// once its mark was written).
 final class NotificationPermit: Sendable {
     private let budget = Mutex<AsyncSemaphore?>(nil)
     private let held = Atomic<Bool>(false)
