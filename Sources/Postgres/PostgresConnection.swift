@@ -46,7 +46,8 @@ public final class PostgresConnection: Sendable {
     ///   - conninfo: a URL (`postgresql://user@127.0.0.1:54329/push?connect_timeout=5`) or a keyword
     ///     string (`host=127.0.0.1 port=54329 dbname=push user=postgres`), as libpq accepts (PostgreSQL 15
     ///     docs, §34.1.1). `connect_timeout` defaults to 10 s. The session runs with `TimeZone=UTC`,
-    ///     `DateStyle=ISO` and `bytea_output=hex` (the `options` keyword can add more).
+    ///     `DateStyle=ISO`, `bytea_output=hex` and `jit=off` (the `options` keyword can add more, and
+    ///     overrides these).
     ///   - password: the password (libpq's `password` keyword), overriding one in `conninfo`; for a
     ///     password kept in a file rather than in the connection string. Default: none.
     ///   - logger: receives server notices (instead of libpq's default, stderr) and connection events.

@@ -279,6 +279,42 @@ struct SendLogV2ProgressPlanTests {
         #expect(!plan.contains { $0.contains("Seq Scan") && $0.contains("send_log") }, "no sequential scan of send_log: \(plan.joined(separator: "\n"))")
         await pool.close()
     }
+
+    /// The project's sessions never JIT-compile (`jit=off`, set by `PostgresConnection.connect`),
+    /// whatever a statement's estimated cost. PostgreSQL compiles a statement whose estimate passes
+    /// `jit_above_cost` again at every execution: on a day partition of a few large fan-outs the
+    /// progress read of 500 request ids was estimated at 657,562 and compiled for 575 ms of server CPU
+    /// each time, while it read no row (`scripts/bench-e2e` (a) fell to 1,070 requests/s). Here every
+    /// threshold is 0, so any session with JIT on compiles the read (where the server has JIT), and
+    /// the project's session does not.
+    @Test func theProgressReadIsNeverCompiledByJIT() async throws {
+        let (_, pool) = try await SendLogWriterTests.store()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        func plan(_ connection: PostgresConnection) async throws -> [String] {
+            for setting in ["jit_above_cost", "jit_inline_above_cost", "jit_optimize_above_cost"] {
+                _ = try await connection.execute("SET \(setting) = 0")
+            }
+            _ = try await connection.execute("PREPARE progress_jit(text[], integer, text[], bigint[]) AS \(PendingRetryStore.progressSQL)")
+            let rows = try await connection.query("EXPLAIN (ANALYZE) EXECUTE progress_jit('{}', 1000, '{v2-jit-a,v2-jit-b}', '{\(now),\(now)}')")
+            _ = try await connection.execute("DEALLOCATE progress_jit")
+            for setting in ["jit_above_cost", "jit_inline_above_cost", "jit_optimize_above_cost"] {
+                _ = try await connection.execute("RESET \(setting)")
+            }
+            return try rows.map { try $0.string("QUERY PLAN") ?? "" }
+        }
+        let ours = try await pool.withConnection { try await plan($0) }
+        #expect(!ours.contains { $0.contains("JIT") }, "compiled on the project's session: \(ours.joined(separator: "\n"))")
+
+        let url = try TestDatabase.url
+        let withJIT = try await PostgresConnection.connect(url + (url.contains("?") ? "&" : "?") + "options=-c%20jit%3Don")
+        let available = try await withJIT.query("SELECT pg_jit_available()::text AS jit").first?.string("jit") == "true"
+        let theirs = try await plan(withJIT)
+        await withJIT.close()
+        if available {
+            #expect(theirs.contains { $0.contains("JIT") }, "with JIT on, the same read is compiled: \(theirs.joined(separator: "\n"))")
+        }
+        await pool.close()
+    }
 }
 
 /// Extreme `requested_at_ms` values (a producer's `created_at_ms`): a row keyed by day 9999-12-31
