@@ -20,7 +20,10 @@ extension SendRequestProcessor {
     /// a page's outcomes, not a million.
     /// - Returns: the counts and parked notifications of all pages together, and whether it stopped
     ///   early (`context.shouldStop()`: no further page is read).
-    /// - Throws: as `deliver`, and `PostgresError` from a page's read.
+    /// A page's reads wait out a PostgreSQL outage (`waitingOutPostgres`): the sends of the pages
+    /// before it are in flight, and failing the request would cancel them and send them again on its
+    /// next handling.
+    /// - Throws: as `deliver`, and `PostgresError` caused by the data from a page's read.
     func deliverPages(
         first: DeliveryBatch, more: UserTokenPages?, progress: PendingRetryStore.RequestProgress, context: DeliveryContext,
         environment: APNsEnvironment?
@@ -29,6 +32,7 @@ extension SendRequestProcessor {
         let activity = RecordActivity(context.retryContext)
         defer { activity.startingDone() }
         let tally = BatchTally()
+        let requestID = context.request.requestID
         var pages = more
         var abandoned = false
         try await withThrowingDiscardingTaskGroup { group in
@@ -39,7 +43,10 @@ extension SendRequestProcessor {
                 if context.shouldStop() { abandoned = true; break }
                 var pageContext = context
                 if !progress.complete {
-                    let found = try await parking.progress(requestID: context.request.requestID, tokens: page.tokens)
+                    // Sends of earlier pages are in flight: PostgreSQL being away must not fail them.
+                    let found = try await waitingOutPostgres("reading a page's earlier outcomes failed: retrying", requestID: requestID) {
+                        try await parking.progress(requestID: requestID, tokens: page.tokens)
+                    }
                     pageContext.recorded = found.recorded
                     pageContext.parked = found.parked
                 }
@@ -48,9 +55,14 @@ extension SendRequestProcessor {
                     break
                 }
                 next = nil
-                if var left = pages {
-                    next = try await nextUserPage(&left, template: context.template, environment: environment)
-                    pages = left
+                if let left = pages {
+                    let (read, after) = try await waitingOutPostgres("reading a user's next page failed: retrying", requestID: requestID) {
+                        var cursor = left
+                        let read = try await nextUserPage(&cursor, template: context.template, environment: environment)
+                        return (read, cursor)
+                    }
+                    next = read
+                    pages = after
                 }
             }
         }

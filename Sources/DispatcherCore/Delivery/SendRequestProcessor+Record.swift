@@ -99,25 +99,35 @@ extension SendRequestProcessor {
         monitor?.noteAppleTrouble(report)
     }
 
-    /// Records an outcome Apple already gave, waiting out a PostgreSQL outage (capped exponential
-    /// back-off, 50 ms to 2 s) instead of failing the request: a failed request would be handled
-    /// again and this notification sent to Apple a second time. Stops only when the task is cancelled
-    /// (the notification is then sent again by the next delivery, as after a crash) or when
-    /// PostgreSQL refuses the row for its content (SQLSTATE class 22 or 23, rethrown).
+    /// Records an outcome Apple already gave, waiting out a PostgreSQL outage (`waitingOutPostgres`)
+    /// instead of failing the request: a failed request would be handled again and this notification
+    /// sent to Apple a second time.
     /// - Throws: `PostgresError` caused by the data; `CancellationError`.
     private func recordRetrying(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
+        try await waitingOutPostgres("recording an outcome failed: retrying (Apple already answered)", requestID: report.requestID) {
+            try await sendLog.record(report, event: event)
+        }
+    }
+
+    /// Runs `body` until it does not fail for PostgreSQL being unavailable, with capped exponential
+    /// back-off (50 ms to 2 s) and one warning (`failure`) a few seconds: for the PostgreSQL work of a
+    /// request whose notifications are already in flight (an outcome to record, the next page of a
+    /// user's tokens), where failing would cancel those notifications and the request's next handling
+    /// would send them to Apple a second time. Stops only when the task is cancelled (the notifications
+    /// are then sent again by the next delivery, as after a crash) or when PostgreSQL refuses the work
+    /// for its content (SQLSTATE class 22 or 23, rethrown).
+    /// - Throws: `PostgresError` caused by the data; `CancellationError`; what `body` throws otherwise.
+    func waitingOutPostgres<T>(_ failure: String, requestID: String, _ body: () async throws -> T) async throws -> T {
         var delay = Duration.milliseconds(50)
         var failures = 0
         while true {
             do {
-                return try await sendLog.record(report, event: event)
+                return try await body()
             } catch let error as PostgresError where !error.isCausedByTheData {
                 try Task.checkCancellation()
                 failures += 1
-                if recordWarnings.withLock({ $0.admit("send_log", now: .now) }) != nil {
-                    logger.warning("recording an outcome failed: retrying (Apple already answered)", [
-                        "request_id": report.requestID, "failures": "\(failures)", "error": "\(error)",
-                    ])
+                if recordWarnings.withLock({ $0.admit(failure, now: .now) }) != nil {
+                    logger.warning(failure, ["request_id": requestID, "failures": "\(failures)", "error": "\(error)"])
                 }
                 try await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(2))
