@@ -48,6 +48,8 @@ extension DispatcherEngineSuites {
                 configuration.campaigns.runnerEnabled = true
                 configuration.campaigns.pageSize = 2
                 configuration.campaigns.pagesInFlight = 1
+                // One page unfinished at a time: the held answers stop the campaign after its first page.
+                configuration.campaigns.maxUnfinishedPages = 1
             }
             let first = try world.startEngine(instance: "a", configure: configure)
             try await world.register(campaignTokens)

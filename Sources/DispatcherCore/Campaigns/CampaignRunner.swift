@@ -233,11 +233,18 @@ public final class CampaignRunner: Service {
         let shouldStop: @Sendable () -> Bool
     }
 
-    /// A page's sequence number in the window and how its sending ended.
-    private typealias PageResult = (sequence: Int, result: Result<(counts: CampaignCounts, abandoned: Bool), any Error>)
+    /// What a page's child tasks tell the sending loop: the page started its last send (its answers
+    /// may be outstanding), or the page finished, with how its sending ended.
+    private enum PageEvent: Sendable {
+        case started(sequence: Int)
+        case finished(sequence: Int, result: Result<(counts: CampaignCounts, abandoned: Bool), any Error>)
+    }
 
-    /// Sends an audience campaign's pages from its checkpoint, `pagesInFlight` at once, moving the
-    /// checkpoint over the pages finished in order.
+    /// Sends an audience campaign's pages from its checkpoint, moving the checkpoint over the pages
+    /// finished in order. The next page is read while fewer than `pagesInFlight` pages are still
+    /// starting their sends and fewer than `maxUnfinishedPages` are unfinished: a page whose sends
+    /// all started waits only for its answers, so a token Apple answers late holds its own page (and
+    /// the checkpoint), not the pages after it (docs/campaigns.md "Pages in flight").
     /// - Returns: the counts at the end of the audience, or nil when it stopped (stopping, lease lost,
     ///   a page abandoned).
     /// - Throws: the first page's or write's error (the other pages stopped).
@@ -250,10 +257,10 @@ public final class CampaignRunner: Service {
         var failure: (any Error)?
         var previousStarted: OneShot?
         var lastProgress = ContinuousClock.now
-        await withTaskGroup(of: PageResult.self) { group in
+        await withTaskGroup(of: PageEvent.self) { group in
             while true {
                 // Read ahead: the next pages start sending while earlier ones are answered.
-                while !exhausted, !stopped, window.unfinished < settings.pagesInFlight {
+                while !exhausted, !stopped, window.sending < settings.pagesInFlight, window.unfinished < settings.maxUnfinishedPages {
                     if flags.shouldStop() { stopped = true; break }
                     do {
                         let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
@@ -264,8 +271,14 @@ public final class CampaignRunner: Service {
                         // Pages send in order: this one's sends queue behind the last send of the one before.
                         let turn = (after: previousStarted, started: OneShot())
                         previousStarted = turn.started
+                        // The page's tokens are let go once its sends started (`PageTokens`).
+                        let page = PageTokens(tokens)
                         group.addTask { [self] in
-                            await sendPage(tokens, sequence: sequence, record: record, recorded: recorded, turn: turn, flags: flags)
+                            await sendPage(page, sequence: sequence, record: record, recorded: recorded, turn: turn, flags: flags)
+                        }
+                        group.addTask {
+                            await turn.started.wait()
+                            return .started(sequence: sequence)
                         }
                     } catch {
                         failure = error
@@ -273,7 +286,11 @@ public final class CampaignRunner: Service {
                         stopped = true
                     }
                 }
-                guard let (sequence, result) = await group.next() else { break }
+                guard let event = await group.next() else { break }
+                guard case .finished(let sequence, let result) = event else {
+                    if case .started(let sequence) = event { window.started(sequence) }
+                    continue
+                }
                 switch result {
                 case .failure(let error):
                     // The other pages stop sending (shouldStop) and finish what is in flight.
@@ -305,17 +322,26 @@ public final class CampaignRunner: Service {
         return window.checkpoint.counts
     }
 
+    /// A page's tokens, handed to its sending once: the runner's task keeps the box, not the tokens,
+    /// so a page waiting only for answers holds none of them.
+    private final class PageTokens: Sendable {
+        private let tokens: Mutex<[StoredToken]>
+        init(_ tokens: [StoredToken]) { self.tokens = Mutex(tokens) }
+        /// The tokens; later calls get none.
+        func take() -> [StoredToken] { tokens.withLock { tokens in defer { tokens = [] }; return tokens } }
+    }
+
     /// Sends one audience page through the processor (the campaign source of the pipeline).
     private func sendPage(
-        _ tokens: [StoredToken], sequence: Int, record: CampaignRecord, recorded: [String: TokenStore.RecordedOutcome],
+        _ page: PageTokens, sequence: Int, record: CampaignRecord, recorded: [String: TokenStore.RecordedOutcome],
         turn: (after: OneShot?, started: OneShot), flags: PageFlags
-    ) async -> PageResult {
+    ) async -> PageEvent {
         do {
-            return (sequence, .success(try await processor.sendCampaignPage(
-                SendRequestProcessor.campaignPage(tokens), request: record.request, requestedAt: record.requestedAtMs,
+            return .finished(sequence: sequence, result: .success(try await processor.sendCampaignPage(
+                SendRequestProcessor.campaignPage(page.take()), request: record.request, requestedAt: record.requestedAtMs,
                 recorded: recorded, lane: lane, limiter: limiter, turn: turn, cancelled: flags.cancelled, shouldStop: flags.shouldStop)))
         } catch {
-            return (sequence, .failure(error))
+            return .finished(sequence: sequence, result: .failure(error))
         }
     }
 

@@ -38,7 +38,7 @@ extension SendRequestProcessor {
     ///   report published was acknowledged by Kafka before it returns.
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`); the page can be redone.
     func sendCampaignPage(
-        _ page: DeliveryBatch, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
+        _ page: consuming DeliveryBatch, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
         lane: AsyncSemaphore, limiter: AppRateLimiter, turn: (after: OneShot?, started: OneShot)? = nil,
         cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
     ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
@@ -63,7 +63,7 @@ extension SendRequestProcessor {
             ]),
             acks: Acknowledgements(),
             recorded: recorded, shouldStop: shouldStop, turn: turn)
-        let result = try await deliver(page, context)
+        let result = try await deliver(consume page, context)
         try await context.acks.waitForAll()
         return (result.counts, result.abandoned)
     }

@@ -11,23 +11,26 @@ extension SendRequestProcessor {
     /// wait page by page.
     ///
     /// Once `context.shouldStop()` answers true, no further notification starts; those in flight
-    /// finish and are recorded, and the result says `abandoned`.
+    /// finish and are recorded, and the result says `abandoned`. The batch is let go once its last
+    /// send started: while answers are outstanding, each send holds only its own target.
     /// - Returns: the batch's counts, parked notifications and whether it was abandoned. The reports
     ///   published are in `context.acks` (the caller waits for them).
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`) and `CancellationError`; the
     ///   batch can be redone (idempotent through `send_log`).
-    func deliver(_ batch: DeliveryBatch, _ context: DeliveryContext) async throws -> BatchResult {
+    func deliver(_ batch: consuming DeliveryBatch, _ context: DeliveryContext) async throws -> BatchResult {
         defer { context.turn?.started.fire() }
         let tally = BatchTally()
         let activity = RecordActivity(context.retryContext)
         defer { activity.startingDone() }
         var abandoned = false
+        var unstarted: DeliveryBatch? = consume batch
         try await withThrowingDiscardingTaskGroup { group in
             await context.turn?.after?.wait()
             defer {
                 activity.startingDone()
                 context.turn?.started.fire()
             }
+            guard let batch = unstarted.take() else { return }
             abandoned = try await startSends(batch, context, tally: tally, activity: activity, in: &group)
         }
         return BatchResult(counts: tally.counts, parked: tally.parked, abandoned: abandoned)

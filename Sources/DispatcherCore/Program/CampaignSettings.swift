@@ -15,10 +15,16 @@ public struct CampaignSettings: Sendable {
     public var maxInFlight = 1_000
     /// Audience rows read per page and checkpoint (`PUSH_CAMPAIGN_PAGE_SIZE`, default 1,000).
     public var pageSize = 1_000
-    /// Pages of one campaign being sent at once (`PUSH_CAMPAIGN_PAGES_IN_FLIGHT`, default 3): the
-    /// next pages are read and start sending while an earlier page's last notifications are
-    /// answered; the checkpoint only moves over pages that finished in order.
+    /// Pages of one campaign starting their sends at once (`PUSH_CAMPAIGN_PAGES_IN_FLIGHT`, default
+    /// 3): the next page is read once the oldest of them started its last send, whatever Apple's
+    /// answers take; the checkpoint only moves over pages that finished in order.
     public var pagesInFlight = 3
+    /// Pages of one campaign issued and not finished, the checkpoint waiting for the oldest
+    /// (`PUSH_CAMPAIGN_MAX_UNFINISHED_PAGES`, default 1,000). A page whose sends all started keeps
+    /// only its notifications still outstanding (about 30 KB a page with one unanswered token,
+    /// measured); this bounds that memory and how far the campaign runs ahead of its checkpoint (what
+    /// a resumed holder reads again) while a few tokens are answered late.
+    public var maxUnfinishedPages = 1_000
     /// The lease's length (`PUSH_CAMPAIGN_LEASE_MS`, default 15 s): how long a dead holder keeps a campaign.
     public var lease: Duration = .seconds(15)
     /// How often an idle runner looks for due campaigns (`PUSH_CAMPAIGN_POLL_MS`, default 200 ms).
@@ -50,6 +56,8 @@ public struct CampaignSettings: Sendable {
         settings.maxInFlight = try env.int("PUSH_CAMPAIGN_MAX_IN_FLIGHT", default: settings.maxInFlight, in: 1...100_000)
         settings.pageSize = try env.int("PUSH_CAMPAIGN_PAGE_SIZE", default: settings.pageSize, in: 1...100_000)
         settings.pagesInFlight = try env.int("PUSH_CAMPAIGN_PAGES_IN_FLIGHT", default: settings.pagesInFlight, in: 1...64)
+        settings.maxUnfinishedPages = try env.int(
+            "PUSH_CAMPAIGN_MAX_UNFINISHED_PAGES", default: settings.maxUnfinishedPages, in: 1...100_000)
         settings.niceness = Int32(try env.int("PUSH_CAMPAIGN_NICE", default: Int(settings.niceness), in: 0...19))
         settings.lease = try env.milliseconds("PUSH_CAMPAIGN_LEASE_MS", default: settings.lease)
         settings.pollInterval = try env.milliseconds("PUSH_CAMPAIGN_POLL_MS", default: settings.pollInterval)

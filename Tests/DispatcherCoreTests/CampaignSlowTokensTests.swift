@@ -1,0 +1,145 @@
+import APNs
+import APNsSimulator
+import DispatcherStatus
+import Foundation
+import PushMessages
+import PushTestSupport
+import ServiceCore
+import Testing
+
+@testable import DispatcherCore
+
+/// `CampaignPageWindow`'s two bounds without I/O: pages still starting their sends, and pages
+/// unfinished behind the checkpoint.
+@Suite struct CampaignPageWindowTests {
+    @Test func aPageCountsAsSendingUntilItsLastSendStartedAndAsUnfinishedUntilItsOutcomesAreIn() {
+        var window = CampaignPageWindow(cursor: nil, counts: CampaignCounts())
+        let first = window.issue(lastToken: "a")
+        let second = window.issue(lastToken: "b")
+        #expect((window.sending, window.unfinished) == (2, 2))
+        window.started(first)
+        #expect((window.sending, window.unfinished) == (1, 2), "started, its answers outstanding")
+        var counts = CampaignCounts()
+        counts.count(.delivered)
+        #expect(window.finish(second, counts: counts) == nil, "the checkpoint waits for the first page")
+        #expect((window.sending, window.unfinished) == (0, 1), "a finished page has started")
+        window.started(second)
+        #expect(window.sending == 0, "a start seen after the finish changes nothing")
+        let checkpoint = window.finish(first, counts: counts)
+        #expect(checkpoint?.cursor == "b" && checkpoint?.counts.processed == 2)
+        window.started(first)
+        #expect((window.sending, window.unfinished, window.pending) == (0, 0, 0), "a page the checkpoint passed is forgotten")
+    }
+}
+
+extension DispatcherEngineSuites {
+    /// Campaign pages and tokens Apple answers late, on a running engine (`EngineWorld`: real
+    /// PostgreSQL, librdkafka's mock cluster, the APNs simulator over TLS), pages of 7 tokens
+    /// (docs/campaigns.md "Pages in flight").
+    @Suite(.testDatabase, .serialized, .timeLimit(.minutes(5)))
+    struct CampaignSlowTokensTests {
+        init() { ProcessSignals.ignoreSIGPIPE() }
+
+        static let pageSize = 7
+
+        /// Registers `tokens` of the app straight into PostgreSQL, and one more token a warm-up
+        /// request sends to first (a new token connection sends one request before it fans out: a
+        /// held token must not be that one).
+        static func prepare(_ tokens: [String], in world: EngineWorld) async throws {
+            let now = SystemWallClock().nowMilliseconds()
+            _ = try await world.store.applyBatch(tokens.map {
+                DispatcherHarness.registration(token: $0, bundleID: EngineWorld.bundleID, userID: "audience", eventTimeMs: now)
+            })
+        }
+
+        static func warmUp(_ world: EngineWorld) async throws {
+            let requestID = "campaign-warm-up-\(UUID().uuidString.prefix(8))"
+            try await world.send(requestID, to: [EngineWorld.token("f9")])
+            try await eventually("the warm-up request completed") { world.feedback.completions(requestID).count == 1 }
+        }
+
+        /// The tokens of `requestID` reported DELIVERED so far.
+        static func delivered(_ requestID: String, in world: EngineWorld) -> Set<String> {
+            Set(world.feedback.reports(requestID).filter { $0.outcome == .delivered }.map(\.deviceToken))
+        }
+
+        /// A few bad devices do not slow a campaign: 70 tokens in pages of 7, three pages sending at
+        /// once, one token of every page held by the simulator (it answers none of them until
+        /// released). The 60 others are all delivered while the 10 held answers are outstanding;
+        /// released, the campaign completes with 70, each token sent once. Before, a page counted as in
+        /// flight until its last answer: the three pages holding a token stopped the campaign after 18
+        /// tokens, until the held answers came (a token Apple never answers: until the retry horizon).
+        @Test func tokensAnsweredLateDoNotHoldBackTheRestOfACampaign() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<70).map { EngineWorld.token("f7", $0) }.sorted()
+            try await Self.prepare(tokens, in: world)
+            // Pages are read in token order: every run of 7 tokens in that order holds one held token.
+            let held = stride(from: 3, to: tokens.count, by: Self.pageSize).map { tokens[$0] }
+            let engine = try world.startEngine {
+                $0.campaigns.runnerEnabled = true
+                $0.campaigns.pageSize = Self.pageSize
+                $0.campaigns.pagesInFlight = 3
+            }
+            try await Self.warmUp(world)
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: Set(held))
+            world.simulator.setFaults(faults)
+
+            try await world.sendToAudience("slow-campaign")
+            let healthy = Set(tokens).subtracting(held)
+            try await eventually("every token not held delivered while the held answers wait", timeout: .seconds(15)) {
+                Self.delivered("slow-campaign", in: world).isSuperset(of: healthy)
+            }
+            #expect(Set(world.simulator.heldTokens()) == Set(held), "the held answers are still outstanding")
+            #expect(world.feedback.completions("slow-campaign").isEmpty)
+            world.simulator.setFaults(APNsSimulatorFaults())
+            world.simulator.releaseHeld()
+            try await eventually("the campaign completed") { world.feedback.completions("slow-campaign").count == 1 }
+            let completed = try #require(world.feedback.completions("slow-campaign").first)
+            #expect((completed.total, completed.delivered) == (70, 70))
+            #expect(UserFanOutPagesTests.sends(of: tokens, in: world) == Dictionary(uniqueKeysWithValues: tokens.map { ($0, 1) }))
+            let row = try await world.pool.query(
+                "SELECT status FROM campaigns WHERE request_id = 'slow-campaign'").first
+            #expect(try row?.string("status") == "completed")
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// What a campaign keeps behind its checkpoint is bounded: with at most 4 pages unfinished, a
+        /// held token in each of the first 4 pages stops the campaign after them (the other 24 tokens
+        /// of those pages delivered, no token of a later page sent) until an answer comes.
+        @Test func unfinishedPagesAreBounded() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<70).map { EngineWorld.token("f8", $0) }.sorted()
+            try await Self.prepare(tokens, in: world)
+            let held = stride(from: 3, to: 4 * Self.pageSize, by: Self.pageSize).map { tokens[$0] }
+            let engine = try world.startEngine {
+                $0.campaigns.runnerEnabled = true
+                $0.campaigns.pageSize = Self.pageSize
+                $0.campaigns.pagesInFlight = 3
+                $0.campaigns.maxUnfinishedPages = 4
+            }
+            try await Self.warmUp(world)
+            var faults = APNsSimulatorFaults()
+            faults.hold = .init(tokens: Set(held))
+            world.simulator.setFaults(faults)
+
+            try await world.sendToAudience("bounded-campaign")
+            let firstPages = Set(tokens.prefix(4 * Self.pageSize)).subtracting(held)
+            try await eventually("the first four pages' other tokens delivered", timeout: .seconds(15)) {
+                Self.delivered("bounded-campaign", in: world).isSuperset(of: firstPages)
+            }
+            try await eventually("every held token sent") { Set(world.simulator.heldTokens()) == Set(held) }
+            // The window is full: the runner reads no page before a held answer comes. The simulator's
+            // record of what was sent is the witness; it is read once the held answers are released.
+            let later = Array(tokens.dropFirst(4 * Self.pageSize))
+            #expect(UserFanOutPagesTests.sends(of: later, in: world).isEmpty, "no token of a later page sent")
+            world.simulator.setFaults(APNsSimulatorFaults())
+            world.simulator.releaseHeld()
+            try await eventually("the campaign completed") { world.feedback.completions("bounded-campaign").count == 1 }
+            #expect(UserFanOutPagesTests.sends(of: tokens, in: world) == Dictionary(uniqueKeysWithValues: tokens.map { ($0, 1) }))
+            try await engine.stop()
+            await world.close()
+        }
+    }
+}
