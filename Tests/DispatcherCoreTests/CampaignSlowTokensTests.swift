@@ -42,16 +42,18 @@ extension DispatcherEngineSuites {
 
         static let pageSize = 7
 
-        /// Registers `tokens` of the app straight into PostgreSQL, and one more token a warm-up
-        /// request sends to first (a new token connection sends one request before it fans out: a
-        /// held token must not be that one).
+        /// Makes `tokens` the app's whole audience, straight in PostgreSQL (the suite's tests share
+        /// one database).
         static func prepare(_ tokens: [String], in world: EngineWorld) async throws {
+            _ = try await world.pool.execute("DELETE FROM device_tokens")
             let now = SystemWallClock().nowMilliseconds()
             _ = try await world.store.applyBatch(tokens.map {
                 DispatcherHarness.registration(token: $0, bundleID: EngineWorld.bundleID, userID: "audience", eventTimeMs: now)
             })
         }
 
+        /// A request to one token outside the audience, confirmed before the faults are set (a new
+        /// token connection sends one request before it fans out: a held token must not be that one).
         static func warmUp(_ world: EngineWorld) async throws {
             let requestID = "campaign-warm-up-\(UUID().uuidString.prefix(8))"
             try await world.send(requestID, to: [EngineWorld.token("f9")])
@@ -101,6 +103,57 @@ extension DispatcherEngineSuites {
             let row = try await world.pool.query(
                 "SELECT status FROM campaigns WHERE request_id = 'slow-campaign'").first
             #expect(try row?.string("status") == "completed")
+            try await engine.stop()
+            await world.close()
+        }
+
+        /// A campaign's retries are parked as a request's are: with Apple answering 503 to every
+        /// notification of a 20-token campaign (pages of 7) and a 300 ms cap on a page's waits, every
+        /// notification is parked in `pending_retries`, every page finishes and the checkpoint passes
+        /// the last token while none has an outcome yet, and no `RequestCompleted` is published. Apple
+        /// answers again: the parked path delivers them, and the campaign completes once the last one
+        /// is recorded, its counts read from `send_log` (20 delivered, none counted twice), its
+        /// `pending_requests` row gone. Before, a campaign's retries waited on timers inside their
+        /// page until the retry horizon (15 minutes by default), holding the checkpoint.
+        @Test func aCampaignsRetriesAreParkedAndItCompletesAfterThem() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<20).map { EngineWorld.token("f6", $0) }.sorted()
+            try await Self.prepare(tokens, in: world)
+            let engine = try world.startEngine {
+                $0.campaigns.runnerEnabled = true
+                $0.campaigns.pageSize = Self.pageSize
+                $0.retryParking.maxUncommittedAge = .milliseconds(300)
+            }
+            try await Self.warmUp(world)
+            var faults = APNsSimulatorFaults()
+            faults.statusShares = [503: 1]
+            world.simulator.setFaults(faults)
+
+            try await world.sendToAudience("parked-campaign")
+            try await eventually("every notification parked and the checkpoint past the last token") {
+                let parked = try await world.count("SELECT count(*) FROM pending_retries WHERE request_id = $1", "parked-campaign")
+                let cursor = try await world.pool.query(
+                    "SELECT cursor FROM campaigns WHERE request_id = 'parked-campaign'").first?.string("cursor")
+                return parked == tokens.count && cursor == tokens.last
+            }
+            #expect(world.feedback.completions("parked-campaign").isEmpty, "no RequestCompleted while notifications are parked")
+            #expect(world.feedback.reports("parked-campaign").isEmpty)
+            world.simulator.setFaults(APNsSimulatorFaults())
+            try await eventually("the parked notifications re-driven and the campaign completed") {
+                world.feedback.completions("parked-campaign").count == 1
+            }
+            let completed = try #require(world.feedback.completions("parked-campaign").first)
+            #expect((completed.total, completed.delivered, completed.failed) == (20, 20, 0), "counted from send_log")
+            #expect(try await world.sendLog("parked-campaign") == Dictionary(uniqueKeysWithValues: tokens.map { ($0, "DELIVERED") }))
+            #expect(Set(world.feedback.reports("parked-campaign").map(\.deviceToken)) == Set(tokens))
+            // The row closes (and the parked record is forgotten) right after the RequestCompleted.
+            try await eventually("the campaign's row closed with the counts and its pending_requests row forgotten") {
+                let row = try await world.pool.query(
+                    "SELECT status, processed, delivered FROM campaigns WHERE request_id = 'parked-campaign'").first
+                let closed = try row?.string("status") == "completed" && row?.int64("processed") == 20 && row?.int64("delivered") == 20
+                let pending = try await world.count("SELECT count(*) FROM pending_requests WHERE request_id = $1", "parked-campaign")
+                return closed && pending == 0
+            }
             try await engine.stop()
             await world.close()
         }

@@ -27,12 +27,19 @@ public final class CampaignRunner: Service {
     private let running = Mutex<Set<String>>([])
     /// Where campaigns run: threads at `settings.niceness`, or nil (0) for the cooperative pool.
     private let executor: BackgroundTaskExecutor?
+    /// How long a page waits on timers for a notification's retries before parking it
+    /// (`PUSH_MAX_UNCOMMITTED_AGE_MS`, as a record's).
+    private let retryParkAge: Duration
 
     /// - Parameters:
     ///   - instanceID: this replica's name; the lease owner is it plus a random suffix.
     ///   - cancellations: cancels seen by this process's intake.
+    ///   - retryParkAge: a notification whose retry wait would keep its page unfinished longer than
+    ///     this since the page started is parked in `pending_retries` (default 60 s, the record cap).
     public init(store: CampaignStore, processor: SendRequestProcessor, feedback: FeedbackPublisher, settings: CampaignSettings,
-                instanceID: String, cancellations: CampaignCancellations, clock: any WallClock, logger: Logger) {
+                instanceID: String, cancellations: CampaignCancellations, clock: any WallClock, logger: Logger,
+                retryParkAge: Duration = RetryParkingPolicy().maxUncommittedAge) {
+        self.retryParkAge = retryParkAge
         self.store = store
         self.processor = processor
         self.feedback = feedback
@@ -200,14 +207,23 @@ public final class CampaignRunner: Service {
         } else if record.cursor == nil {
             // A scheduled device_tokens/user_ids request: one page, resolved as an immediate request's.
             let page = try await processor.campaignPage(resolving: request)
-            let recorded = try await store.recordedOutcomes(requestID: requestID, tokens: page.tokens)
+            let earlier = try await processor.parking.progress(requestID: requestID, tokens: page.tokens)
             let (sent, abandoned) = try await processor.sendCampaignPage(
-                page, request: request, requestedAt: record.requestedAtMs, recorded: recorded, lane: lane, limiter: limiter,
-                cancelled: flags.cancelled, shouldStop: flags.shouldStop)
+                page, request: request, requestedAt: record.requestedAtMs, recorded: earlier.recorded, parked: earlier.parked,
+                parkAfter: retryParkAge, lane: lane, limiter: limiter, cancelled: flags.cancelled, shouldStop: flags.shouldStop)
             if abandoned { return false }
             counts = counts + sent
         }
 
+        // Notifications parked on the way finish on the parked path; the campaign completes after them.
+        guard !flags.shouldStop() else { return false }
+        let parked = try await processor.waitForParkedNotifications(
+            ofCampaign: requestID, interval: settings.pollInterval, shouldStop: flags.shouldStop)
+        switch parked {
+        case .none: break
+        case .stopped: return false
+        case .settled(let recorded): counts = recorded
+        }
         // The end: RequestCompleted (acknowledged) first, then the row closes; a holder that dies in
         // between leaves the row open and the next one publishes the same event (same id) again.
         guard !flags.shouldStop() else { return false }
@@ -219,6 +235,13 @@ public final class CampaignRunner: Service {
         guard try await store.finish(holder.current, state: state, counts: counts, completedAtMs: completed.completedAtMs) else {
             holder.markLost()
             return false
+        }
+        if parked != .none {
+            do {
+                try await processor.forgetParkedCampaign(requestID)
+            } catch {
+                logger.warning("forgetting a closed campaign's parked notifications failed", ["request_id": requestID, "error": "\(error)"])
+            }
         }
         logger.info("campaign \(state.rawValue)", [
             "request_id": requestID, "processed": "\(counts.processed)", "delivered": "\(counts.delivered)",
@@ -265,7 +288,7 @@ public final class CampaignRunner: Service {
                     do {
                         let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
                         guard let last = tokens.last else { exhausted = true; break }
-                        let recorded = try await store.recordedOutcomes(requestID: record.requestID, tokens: tokens.map(\.deviceToken))
+                        let earlier = try await processor.parking.progress(requestID: record.requestID, tokens: tokens.map(\.deviceToken))
                         let sequence = window.issue(lastToken: last.deviceToken)
                         readCursor = last.deviceToken
                         // Pages send in order: this one's sends queue behind the last send of the one before.
@@ -274,7 +297,7 @@ public final class CampaignRunner: Service {
                         // The page's tokens are let go once its sends started (`PageTokens`).
                         let page = PageTokens(tokens)
                         group.addTask { [self] in
-                            await sendPage(page, sequence: sequence, record: record, recorded: recorded, turn: turn, flags: flags)
+                            await sendPage(page, sequence: sequence, record: record, earlier: earlier, turn: turn, flags: flags)
                         }
                         group.addTask {
                             await turn.started.wait()
@@ -333,13 +356,14 @@ public final class CampaignRunner: Service {
 
     /// Sends one audience page through the processor (the campaign source of the pipeline).
     private func sendPage(
-        _ page: PageTokens, sequence: Int, record: CampaignRecord, recorded: [String: TokenStore.RecordedOutcome],
+        _ page: PageTokens, sequence: Int, record: CampaignRecord, earlier: PendingRetryStore.RequestProgress,
         turn: (after: OneShot?, started: OneShot), flags: PageFlags
     ) async -> PageEvent {
         do {
             return .finished(sequence: sequence, result: .success(try await processor.sendCampaignPage(
                 SendRequestProcessor.campaignPage(page.take()), request: record.request, requestedAt: record.requestedAtMs,
-                recorded: recorded, lane: lane, limiter: limiter, turn: turn, cancelled: flags.cancelled, shouldStop: flags.shouldStop)))
+                recorded: earlier.recorded, parked: earlier.parked, parkAfter: retryParkAge, lane: lane, limiter: limiter, turn: turn,
+                cancelled: flags.cancelled, shouldStop: flags.shouldStop)))
         } catch {
             return .finished(sequence: sequence, result: .failure(error))
         }

@@ -213,22 +213,6 @@ public final class CampaignStore: Sendable {
         return try await pool.query(sql, parameters, prepared: true).map(TokenStore.storedToken)
     }
 
-    /// The outcomes already recorded in `send_log` for some tokens of a request.
-    /// - Throws: `PostgresError`.
-    public func recordedOutcomes(requestID: String, tokens: [String]) async throws -> [String: TokenStore.RecordedOutcome] {
-        guard !tokens.isEmpty else { return [:] }
-        let rows = try await pool.query(
-            "SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = $1 AND device_token = ANY($2::text[])",
-            [.string(requestID), .string(PostgresArrayLiteral.text(tokens))], prepared: true)
-        var result: [String: TokenStore.RecordedOutcome] = [:]
-        for row in rows {
-            if let token = try row.string("device_token"), let report = try row.bytes("report") {
-                result[token] = TokenStore.RecordedOutcome(event: report, acknowledged: try row.bool("acknowledged") ?? false)
-            }
-        }
-        return result
-    }
-
     /// The campaign row of a request, without lease.
     /// - Throws: `PostgresError`.
     public func campaign(requestID: String) async throws -> CampaignRecord? {

@@ -59,6 +59,15 @@ struct RetryContext: Sendable {
     /// One of them sends again: it takes a slot back.
     var recordResumes: @Sendable () -> Void = {}
 
+    /// A context for a campaign page (docs/campaigns.md "A few tokens answered late"): no partition;
+    /// a notification whose wait would keep its page unfinished longer than `age` since the page
+    /// started is parked, and the page finishes without it.
+    static func campaignPage(parkingAfter age: Duration) -> RetryContext {
+        RetryContext(
+            partition: KafkaTopicPartition(topic: "", partition: -1), recordStartedAt: .now, uncommittedRecords: { 0 },
+            policy: RetryParkingPolicy(maxUncommittedRecords: .max, maxUncommittedAge: age), timers: RetryTimers())
+    }
+
     /// A context for work outside any partition (tests, tools): never parks, waits on timers.
     static func unbounded(timers: RetryTimers = RetryTimers()) -> RetryContext {
         RetryContext(

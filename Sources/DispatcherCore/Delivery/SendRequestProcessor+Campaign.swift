@@ -26,7 +26,12 @@ extension SendRequestProcessor {
     /// bucket (`limiter`); settlements take neither.
     ///
     /// - Tokens already recorded in `recorded` are not sent again: their outcome is counted and
-    ///   their report republished unless known acknowledged.
+    ///   their report republished unless known acknowledged. Tokens in `parked` wait in
+    ///   `pending_retries` already: the parked path finishes them.
+    /// - With `parkAfter`, a notification whose retry wait would keep the page unfinished longer than
+    ///   that since it started is parked in `pending_retries` (`RetryContext.campaignPage`); the page
+    ///   finishes without it and its outcome is not in the page's counts
+    ///   (`waitForParkedNotifications`). Without, retries wait on timers in the page.
     /// - A cancelled page's remaining tokens are settled SKIPPED with OUTCOME_REASON_CANCELLED,
     ///   recorded and reported, never sent.
     /// - Once `shouldStop()` answers true (lease lost, stopping), nothing more starts; those in flight
@@ -39,7 +44,7 @@ extension SendRequestProcessor {
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`); the page can be redone.
     func sendCampaignPage(
         _ page: consuming DeliveryBatch, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
-        lane: AsyncSemaphore, limiter: AppRateLimiter, turn: (after: OneShot?, started: OneShot)? = nil,
+        parked: Set<String> = [], parkAfter: Duration? = nil, lane: AsyncSemaphore, limiter: AppRateLimiter, turn: (after: OneShot?, started: OneShot)? = nil,
         cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
     ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
         guard let notification = request.notification else {
@@ -54,7 +59,8 @@ extension SendRequestProcessor {
             throw error
         }
         let context = DeliveryContext(
-            request: request, template: template, requestedAt: requestedAt, lane: .campaign, retryContext: .unbounded(),
+            request: request, template: template, requestedAt: requestedAt, lane: .campaign,
+            retryContext: parkAfter.map { RetryContext.campaignPage(parkingAfter: $0) } ?? .unbounded(),
             admission: AdmissionChain([
                 ClassPriorityPolicy(gate: classPriority, workClass: .campaign),
                 CancelCheckPolicy(cancellations: cancellations, alsoCancelled: cancelled),
@@ -62,10 +68,45 @@ extension SendRequestProcessor {
                 AppRateLimitPolicy(limiter: limiter),
             ]),
             acks: Acknowledgements(),
-            recorded: recorded, shouldStop: shouldStop, turn: turn)
+            recorded: recorded, parked: parked, shouldStop: shouldStop, turn: turn)
         let result = try await deliver(consume page, context)
         try await context.acks.waitForAll()
         return (result.counts, result.abandoned)
+    }
+
+    /// How the wait for a campaign's parked notifications ended.
+    enum ParkedCampaignNotifications: Sendable, Equatable {
+        /// None of its notifications was ever parked: the pages' counts are the campaign's.
+        case none
+        /// Every parked notification has its outcome: the campaign's counts, from `send_log`.
+        case settled(CampaignCounts)
+        /// `shouldStop()` answered true first.
+        case stopped
+    }
+
+    /// Waits until no notification of campaign `requestID` is parked any more, polling every
+    /// `interval`. A parked notification's page finished without it, so once any was parked (its
+    /// `pending_requests` row says so, whichever holder parked it) the campaign's counts are read
+    /// from `send_log`, where the parked path records the outcomes. The row is left for
+    /// `forgetParkedCampaign` once the campaign is closed.
+    /// - Throws: `PostgresError`, `CancellationError`.
+    func waitForParkedNotifications(
+        ofCampaign requestID: String, interval: Duration, shouldStop: @Sendable () -> Bool
+    ) async throws -> ParkedCampaignNotifications {
+        while true {
+            guard let found = try await parking.completion(requestID: requestID) else { return .none }
+            if found.state.parkedRemaining == 0 {
+                return .settled(RequestCompletion.counts(try await parking.outcomeCounts(requestID: requestID)))
+            }
+            if shouldStop() { return .stopped }
+            try await Task.sleep(for: interval)
+        }
+    }
+
+    /// Forgets that campaign `requestID` had parked notifications, once it is closed.
+    /// - Throws: `PostgresError`.
+    func forgetParkedCampaign(_ requestID: String) async throws {
+        try await parking.forgetRequest(requestID: requestID)
     }
 
     /// Completes a campaign or scheduled request: its `RequestCompleted` (campaign lane), acknowledged.

@@ -122,7 +122,8 @@ public final class Dispatcher: Sendable {
         self.campaignStore = CampaignStore(pool: store.pool)
         self.campaigns = CampaignRunner(
             store: campaignStore, processor: processor, feedback: feedback, settings: configuration.campaigns,
-            instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger)
+            instanceID: configuration.instanceID, cancellations: cancellations, clock: clock, logger: logger,
+            retryParkAge: configuration.retryParking.maxUncommittedAge)
         let channelStore = ChannelStore(pool: store.pool)
         self.channelCommands = ChannelCommandHandler(
             store: channelStore, apple: channelManagement ?? (sender as? any ChannelManagement), feedback: feedback,
