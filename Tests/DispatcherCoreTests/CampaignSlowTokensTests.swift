@@ -60,6 +60,28 @@ extension DispatcherEngineSuites {
             try await eventually("the warm-up request completed") { world.feedback.completions(requestID).count == 1 }
         }
 
+        /// A running engine whose campaign runner reads pages of 7 and whose app audience is `tokens`,
+        /// past its warm-up, with the simulator holding the answers to `held`.
+        static func start(
+            _ tokens: [String], holding held: [String] = [], configure: (inout DispatcherConfiguration) -> Void = { _ in }
+        ) async throws -> (EngineWorld, RunningEngine) {
+            let world = try await EngineWorld()
+            try await prepare(tokens, in: world)
+            let engine = try world.startEngine {
+                $0.campaigns.runnerEnabled = true
+                $0.campaigns.pageSize = pageSize
+                $0.campaigns.pagesInFlight = 3
+                configure(&$0)
+            }
+            try await warmUp(world)
+            if !held.isEmpty {
+                var faults = APNsSimulatorFaults()
+                faults.hold = .init(tokens: Set(held))
+                world.simulator.setFaults(faults)
+            }
+            return (world, engine)
+        }
+
         /// The tokens of `requestID` reported DELIVERED so far.
         static func delivered(_ requestID: String, in world: EngineWorld) -> Set<String> {
             Set(world.feedback.reports(requestID).filter { $0.outcome == .delivered }.map(\.deviceToken))
@@ -72,20 +94,10 @@ extension DispatcherEngineSuites {
         /// flight until its last answer: the three pages holding a token stopped the campaign after 18
         /// tokens, until the held answers came (a token Apple never answers: until the retry horizon).
         @Test func tokensAnsweredLateDoNotHoldBackTheRestOfACampaign() async throws {
-            let world = try await EngineWorld()
             let tokens = (0..<70).map { EngineWorld.token("f7", $0) }.sorted()
-            try await Self.prepare(tokens, in: world)
             // Pages are read in token order: every run of 7 tokens in that order holds one held token.
             let held = stride(from: 3, to: tokens.count, by: Self.pageSize).map { tokens[$0] }
-            let engine = try world.startEngine {
-                $0.campaigns.runnerEnabled = true
-                $0.campaigns.pageSize = Self.pageSize
-                $0.campaigns.pagesInFlight = 3
-            }
-            try await Self.warmUp(world)
-            var faults = APNsSimulatorFaults()
-            faults.hold = .init(tokens: Set(held))
-            world.simulator.setFaults(faults)
+            let (world, engine) = try await Self.start(tokens, holding: held)
 
             try await world.sendToAudience("slow-campaign")
             let healthy = Set(tokens).subtracting(held)
@@ -116,15 +128,8 @@ extension DispatcherEngineSuites {
         /// `pending_requests` row gone. Before, a campaign's retries waited on timers inside their
         /// page until the retry horizon (15 minutes by default), holding the checkpoint.
         @Test func aCampaignsRetriesAreParkedAndItCompletesAfterThem() async throws {
-            let world = try await EngineWorld()
             let tokens = (0..<20).map { EngineWorld.token("f6", $0) }.sorted()
-            try await Self.prepare(tokens, in: world)
-            let engine = try world.startEngine {
-                $0.campaigns.runnerEnabled = true
-                $0.campaigns.pageSize = Self.pageSize
-                $0.retryParking.maxUncommittedAge = .milliseconds(300)
-            }
-            try await Self.warmUp(world)
+            let (world, engine) = try await Self.start(tokens) { $0.retryParking.maxUncommittedAge = .milliseconds(300) }
             var faults = APNsSimulatorFaults()
             faults.statusShares = [503: 1]
             world.simulator.setFaults(faults)
@@ -162,20 +167,9 @@ extension DispatcherEngineSuites {
         /// held token in each of the first 4 pages stops the campaign after them (the other 24 tokens
         /// of those pages delivered, no token of a later page sent) until an answer comes.
         @Test func unfinishedPagesAreBounded() async throws {
-            let world = try await EngineWorld()
             let tokens = (0..<70).map { EngineWorld.token("f8", $0) }.sorted()
-            try await Self.prepare(tokens, in: world)
             let held = stride(from: 3, to: 4 * Self.pageSize, by: Self.pageSize).map { tokens[$0] }
-            let engine = try world.startEngine {
-                $0.campaigns.runnerEnabled = true
-                $0.campaigns.pageSize = Self.pageSize
-                $0.campaigns.pagesInFlight = 3
-                $0.campaigns.maxUnfinishedPages = 4
-            }
-            try await Self.warmUp(world)
-            var faults = APNsSimulatorFaults()
-            faults.hold = .init(tokens: Set(held))
-            world.simulator.setFaults(faults)
+            let (world, engine) = try await Self.start(tokens, holding: held) { $0.campaigns.maxUnfinishedPages = 4 }
 
             try await world.sendToAudience("bounded-campaign")
             let firstPages = Set(tokens.prefix(4 * Self.pageSize)).subtracting(held)
