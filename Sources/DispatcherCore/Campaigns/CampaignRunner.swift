@@ -220,7 +220,7 @@ public final class CampaignRunner: Service {
         let parked = try await processor.waitForParkedNotifications(
             ofCampaign: requestID, interval: settings.pollInterval, shouldStop: flags.shouldStop)
         switch parked {
-        case .none: break
+        case .neverParked: break
         case .stopped: return false
         case .settled(let recorded): counts = recorded
         }
@@ -236,7 +236,7 @@ public final class CampaignRunner: Service {
             holder.markLost()
             return false
         }
-        if parked != .none {
+        if parked != .neverParked {
             do {
                 try await processor.forgetParkedCampaign(requestID)
             } catch {

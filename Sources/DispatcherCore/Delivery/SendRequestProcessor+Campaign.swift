@@ -39,12 +39,13 @@ extension SendRequestProcessor {
     /// - With a `turn`, the page starts sending only once the page before it started its last send
     ///   (`turn.after` fired), and fires `turn.started` when its own last send started (or it ended
     ///   early): pages in flight send in audience order, each behind the tail of the one before.
-    /// - Returns: the page's counts (complete unless abandoned) and whether it was abandoned; every
-    ///   report published was acknowledged by Kafka before it returns.
+    /// - Returns: the page's counts (complete unless abandoned; without its parked notifications) and
+    ///   whether it was abandoned; every report published was acknowledged by Kafka before it returns.
     /// - Throws: infrastructure errors (`PostgresError`, `KafkaError`); the page can be redone.
     func sendCampaignPage(
         _ page: consuming DeliveryBatch, request: SendRequest, requestedAt: Int64, recorded: [String: TokenStore.RecordedOutcome],
-        parked: Set<String> = [], parkAfter: Duration? = nil, lane: AsyncSemaphore, limiter: AppRateLimiter, turn: (after: OneShot?, started: OneShot)? = nil,
+        parked: Set<String> = [], parkAfter: Duration? = nil, lane: AsyncSemaphore, limiter: AppRateLimiter,
+        turn: (after: OneShot?, started: OneShot)? = nil,
         cancelled: @escaping @Sendable () -> Bool, shouldStop: @escaping @Sendable () -> Bool
     ) async throws -> (counts: CampaignCounts, abandoned: Bool) {
         guard let notification = request.notification else {
@@ -77,7 +78,7 @@ extension SendRequestProcessor {
     /// How the wait for a campaign's parked notifications ended.
     enum ParkedCampaignNotifications: Sendable, Equatable {
         /// None of its notifications was ever parked: the pages' counts are the campaign's.
-        case none
+        case neverParked
         /// Every parked notification has its outcome: the campaign's counts, from `send_log`.
         case settled(CampaignCounts)
         /// `shouldStop()` answered true first.
@@ -94,7 +95,7 @@ extension SendRequestProcessor {
         ofCampaign requestID: String, interval: Duration, shouldStop: @Sendable () -> Bool
     ) async throws -> ParkedCampaignNotifications {
         while true {
-            guard let found = try await parking.completion(requestID: requestID) else { return .none }
+            guard let found = try await parking.completion(requestID: requestID) else { return .neverParked }
             if found.state.parkedRemaining == 0 {
                 return .settled(RequestCompletion.counts(try await parking.outcomeCounts(requestID: requestID)))
             }
