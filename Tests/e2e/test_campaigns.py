@@ -407,8 +407,11 @@ def test_campaign_notifications_are_counted_in_metrics_and_in_readiness_apple_de
     unreachable_before = apple_unreachable_count()
     failed_before = dispatcher_notifications("failed", "ServiceUnavailable")
     request = audience_request(f"campaign-counted-503-{uuid.uuid4()}", failing)
-    # 503 is retried until the notification's expiration: 5 s ahead makes each end FAILED in the test.
-    request.notification.expiration = int(time.time()) + 5
+    # 503 is retried until the notification's expiration: 30 s ahead makes each end FAILED in the test.
+    # Not less: the test before may have restarted the stack's dispatcher, and a request that waits
+    # out the restart past its expiration ends FAILED with EXPIRED at once, never sent (a CI run saw
+    # that with 5 s: the campaign completed 28 ms after its lease was taken, no ServiceUnavailable).
+    request.notification.expiration = int(time.time()) + 30
     feedback = Feedback(request.request_id)
     stack.simulator_admin("/admin/faults", "PUT", {"status_shares": {"503": 1.0}})
     try:
