@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "PushMessages", dependencies: ["ProtobufCodec"]),
         // The push domain's shared rules: device tokens, apns-ids, environments, push types and the token
         // kinds they need, topic names, and the push.v1 enums as these types.
-        .target(name: "PushDomain", dependencies: ["ProtobufCodec", "PushMessages"]),
+        .target(name: "PushDomain", dependencies: ["ProtobufCodec", "PushMessages", "ServiceCore"]),
         // Transports: Kafka (no project topic), PostgreSQL, HTTP/2, gRPC.
         .target(name: "Kafka", dependencies: ["CRdKafka", "ProtobufCodec", "ServiceCore"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "ServiceCore"]),

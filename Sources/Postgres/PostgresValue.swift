@@ -1,4 +1,5 @@
 import Foundation
+import ServiceCore
 
 /// A query parameter: its encoding for the wire and the type it declares to the server.
 ///
@@ -65,7 +66,7 @@ public struct PostgresValue: Sendable, Hashable {
     }
 
     /// A `uuid`.
-    public static func uuid(_ value: UUID) -> PostgresValue { PostgresValue(text: value.uuidString.lowercased(), typeOID: PostgresTypeOID.uuid) }
+    public static func uuid(_ value: UUID) -> PostgresValue { PostgresValue(text: value.lowercasedString, typeOID: PostgresTypeOID.uuid) }
 
     /// A `jsonb` value from its JSON text (sent as is, never re-serialized).
     public static func jsonb(_ json: String) -> PostgresValue { PostgresValue(text: json, typeOID: PostgresTypeOID.jsonb) }

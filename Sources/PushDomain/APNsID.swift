@@ -1,4 +1,5 @@
 import Foundation
+import ServiceCore
 /// The `apns-id` header: a canonical UUID in lowercase, 8-4-4-4-12 hex digits (docs/apns-protocol.md §2).
 /// APNs echoes it in the response; a malformed one gets 400 `BadMessageId`.
 public struct APNsID: Hashable, Sendable, CustomStringConvertible {
@@ -23,10 +24,9 @@ public struct APNsID: Hashable, Sendable, CustomStringConvertible {
         uuidString = text.lowercased()
     }
 
-    /// A random (version 4) UUID.
+    /// A random (version 4, RFC 9562 §5.4) UUID, from `UUID.random()`.
     public static func random() -> APNsID {
-        // Foundation's UUID is version 4 (RFC 9562 §5.4) from one call to the system's random source.
-        APNsID(checked: UUID().uuidString.lowercased())
+        APNsID(checked: UUID.random().lowercasedString)
     }
 
     private init(checked: String) { uuidString = checked }

@@ -136,7 +136,7 @@ public final class TokenRegistryService: Sendable {
             device.deviceToken = token
             device.bundleID = bundleID
             var event = TokenEvent()
-            event.eventID = UUID().uuidString.lowercased()
+            event.eventID = UUID.random().lowercasedString
             event.action = .unregistered
             event.device = device
             event.eventTimeMs = clock.nowMilliseconds()
@@ -169,7 +169,7 @@ public final class TokenRegistryService: Sendable {
             device.bundleID = request.bundleID
             device.userID = request.userID
             var event = TokenEvent()
-            event.eventID = UUID().uuidString.lowercased()
+            event.eventID = UUID.random().lowercasedString
             event.action = .userForgotten
             event.device = device
             event.eventTimeMs = clock.nowMilliseconds()
@@ -205,7 +205,7 @@ public final class TokenRegistryService: Sendable {
         }
         try principal.authorize(.register, bundleID: device.bundleID, userID: device.userID)
         var event = TokenEvent()
-        event.eventID = UUID().uuidString.lowercased()
+        event.eventID = UUID.random().lowercasedString
         event.action = .registered
         event.device = device
         event.eventTimeMs = clock.nowMilliseconds()

@@ -10,14 +10,14 @@ public enum Digest {
     /// - Parameter bytes: the message.
     /// - Returns: the 20-byte digest.
     public static func sha1(_ bytes: [UInt8]) -> [UInt8] {
-        digest(bytes, EVP_sha1(), name: "SHA-1")
+        digest(bytes, Algorithm.sha1.md, name: "SHA-1")
     }
 
     /// SHA-256 (FIPS 180-4) of `bytes`.
     /// - Parameter bytes: the message.
     /// - Returns: the 32-byte digest.
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
-        digest(bytes, EVP_sha256(), name: "SHA-256")
+        digest(bytes, Algorithm.sha256.md, name: "SHA-256")
     }
 
     /// SHA-256 of bytes held elsewhere (a C library's buffer), without copying them.
@@ -27,7 +27,7 @@ public enum Digest {
         var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         let status = output.withUnsafeMutableBufferPointer { out in
-            EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, EVP_sha256(), nil)
+            EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, Algorithm.sha256.md, nil)
         }
         precondition(status == 1, "OpenSSL EVP_Digest(SHA-256) failed")
         return Array(output.prefix(Int(length)))
@@ -60,6 +60,21 @@ public enum Digest {
         guard lhs.count == rhs.count else { return false }
         guard !lhs.isEmpty else { return true }
         return lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in CRYPTO_memcmp(a.baseAddress, b.baseAddress, a.count) == 0 } }
+    }
+
+    /// An algorithm fetched from OpenSSL's default provider once per process (`EVP_MD_fetch`, OpenSSL
+    /// 3.0 manual page crypto(7), "Explicit fetching"): `EVP_sha1()` and `EVP_sha256()` would make
+    /// OpenSSL look the implementation up again on every digest. Never freed; OpenSSL's methods are
+    /// immutable and shared between threads.
+    private struct Algorithm: @unchecked Sendable {
+        let md: OpaquePointer?
+        init(_ name: String) {
+            _ = shim_openssl_prepare()
+            md = EVP_MD_fetch(nil, name, nil)
+            precondition(md != nil, "OpenSSL has no \(name) in its default provider")
+        }
+        static let sha1 = Algorithm("SHA1")
+        static let sha256 = Algorithm("SHA256")
     }
 
     /// `EVP_Digest` fails only when OpenSSL cannot allocate its context or the algorithm is missing

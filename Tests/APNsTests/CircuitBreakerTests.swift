@@ -146,6 +146,29 @@ import Testing
         #expect(breaker.admit(nowMilliseconds: 7_000, random: 0.99).0 == .send)
     }
 
+    /// The dice are drawn only while the ramp runs: a closed breaker admits every send without asking
+    /// the random source (one system call per send, before).
+    @Test func theDiceAreDrawnOnlyDuringTheRamp() {
+        var draws = 0
+        func dice() -> Double {
+            draws += 1
+            return 0.99
+        }
+        var closed = APNsCircuitBreaker(policy: policy)
+        for now in stride(from: Int64(0), to: 10_000, by: 100) {
+            #expect(closed.admit(nowMilliseconds: now, random: dice()).0 == .send)
+        }
+        #expect(draws == 0)
+        var ramping = opened()
+        #expect(ramping.admit(nowMilliseconds: 2_000, random: dice()).0 == .trial)
+        _ = ramping.recordSuccess(nowMilliseconds: 2_000)
+        #expect(draws == 0)
+        #expect(ramping.admit(nowMilliseconds: 3_000, random: dice()).0 != .send)
+        #expect(draws == 1)
+        #expect(ramping.admit(nowMilliseconds: 7_000, random: dice()).0 == .send)
+        #expect(draws == 1, "the ramp is over")
+    }
+
     private func opened() -> APNsCircuitBreaker {
         var breaker = APNsCircuitBreaker(policy: policy)
         for i in 0..<5 { _ = breaker.recordFailure(connection: i, nowMilliseconds: 0) }

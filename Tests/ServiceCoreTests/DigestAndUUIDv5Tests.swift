@@ -87,3 +87,50 @@ private func runPython(_ script: String, arguments: [String], stdin: [UInt8]) as
 private struct PythonFailure: Error, CustomStringConvertible {
     let description: String
 }
+
+@Suite struct UUIDVersion4Tests {
+    @Test func lowercasedStringIsTheLowercaseCanonicalText() {
+        let fixed = [UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+                     UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
+                     UUID(uuidString: "2ED6657D-E927-568B-95E1-2665A8AEA6A2")!]
+        #expect(fixed.map(\.lowercasedString) == ["00000000-0000-0000-0000-000000000000",
+                                                  "ffffffff-ffff-ffff-ffff-ffffffffffff",
+                                                  "2ed6657d-e927-568b-95e1-2665a8aea6a2"])
+        for uuid in (0..<1_000).map({ _ in UUID() }) {
+            #expect(uuid.lowercasedString == uuid.uuidString.lowercased())
+        }
+    }
+
+    @Test func randomSetsVersionAndVariantAndItsOtherBitsVary() {
+        let draws = (0..<10_000).map { _ in UUID.random() }
+        #expect(Set(draws).count == draws.count)
+        // Each of the 122 random bits is set in about half the draws (a constant or zeroed byte would
+        // show as 0 or 10,000); the 6 fixed bits are the version (0100) and the variant (10).
+        var setCounts = [Int](repeating: 0, count: 128)
+        for uuid in draws {
+            withUnsafeBytes(of: uuid.uuid) { bytes in
+                for bit in 0..<128 where bytes[bit / 8] & (0x80 >> UInt8(bit % 8)) != 0 { setCounts[bit] += 1 }
+            }
+        }
+        let fixed: [Int: Int] = [48: 0, 49: 10_000, 50: 0, 51: 0, 64: 10_000, 65: 0]
+        for bit in 0..<128 {
+            if let expected = fixed[bit] {
+                #expect(setCounts[bit] == expected, "bit \(bit)")
+            } else {
+                #expect((4_000...6_000).contains(setCounts[bit]), "bit \(bit) set in \(setCounts[bit]) of 10,000")
+            }
+        }
+    }
+
+    @Test func pythonReadsRandomUUIDsAsVersion4() async throws {
+        let texts = (0..<200).map { _ in UUID.random().lowercasedString }
+        let script = """
+            import sys, uuid
+            for text in sys.argv[1:]:
+                u = uuid.UUID(text)
+                print(u.version, u.variant == uuid.RFC_4122, str(u) == text)
+            """
+        let lines = try await runPython(script, arguments: texts, stdin: [])
+        #expect(lines == Array(repeating: "4 True True", count: texts.count))
+    }
+}

@@ -103,10 +103,11 @@ public struct APNsCircuitBreaker: Sendable {
         self.policy = policy
     }
 
-    /// Asks whether a send may go at `now` (ms). `random` is a number in 0…1 (the ramp's dice).
-    /// `mayProbe`: the notification may be the half-open trial (it has no failure of its own and its
-    /// device token no failure history); others wait while the breaker is half-open.
-    public mutating func admit(nowMilliseconds now: Int64, random: Double, mayProbe: Bool = true) -> (Admission, Transition?) {
+    /// Asks whether a send may go at `now` (ms). `random` is a number in 0…1 (the ramp's dice), drawn
+    /// only while the ramp runs: a closed breaker admits without it (no call to the system's random
+    /// source per send). `mayProbe`: the notification may be the half-open trial (it has no failure of
+    /// its own and its device token no failure history); others wait while the breaker is half-open.
+    public mutating func admit(nowMilliseconds now: Int64, random: @autoclosure () -> Double, mayProbe: Bool = true) -> (Admission, Transition?) {
         switch state {
         case .closed:
             guard let start = rampStart else { return (.send, nil) }
@@ -117,9 +118,10 @@ public struct APNsCircuitBreaker: Sendable {
                 return (.send, nil)
             }
             let share = max(0.05, Double(elapsed) / Double(ramp))
-            if random < share { return (.send, nil) }
+            let dice = random()
+            if dice < share { return (.send, nil) }
             let rest = Double(ramp - elapsed)
-            return (.wait(.milliseconds(max(1, Int64(rest * random)))), nil)
+            return (.wait(.milliseconds(max(1, Int64(rest * dice)))), nil)
         case .open:
             if now < openUntil { return (.wait(.milliseconds(openUntil - now)), nil) }
             state = .halfOpen

@@ -66,6 +66,6 @@ public enum FeedbackEventID {
     }
 
     private static func id(_ name: String) -> String {
-        UUID.v5(namespace: namespace, name: name).uuidString.lowercased()
+        UUID.v5(namespace: namespace, name: name).lowercasedString
     }
 }

@@ -72,7 +72,7 @@ public final class FeedbackPublisher: Sendable {
         case .channelEvent(let event):
             FeedbackEventID.channelEvent(bundleID: event.bundleID, environment: event.environment, name: event.name, kind: event.kind)
         case .campaignProgress:
-            UUID().uuidString.lowercased()
+            UUID.random().lowercasedString
         }
     }
 
