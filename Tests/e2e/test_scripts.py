@@ -153,3 +153,19 @@ def test_bench_reader_reports_a_stall_instead_of_waiting_out_its_deadline(monkey
     assert "stall check: stalled: none for 2 s with 0/2 RequestCompleted arrived" in message, message
     assert "first missing: never-sent-1" in message, message
     assert "push_records_in_flight=0" in message, message
+
+
+def test_bench_latency_verdict_refuses_a_floor_that_is_not_one():
+    """(c) of scripts/bench-e2e is judged against the Kafka echo floor measured in the same run. A floor
+    whose own p50 is above BENCH_ECHO_MAX_P50_MS measures a slowed broker, not the dispatcher: no PASS
+    (a long-lived development stack gave an echo p50 of 150-258 ms and p99 of 2-4.6 s, against 25-33 ms
+    and 36-61 ms fresh, and the benchmark printed '(c) PASS  p99 641 ms vs echo p99 2,233 ms')."""
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+    import bench_e2e
+    assert bench_e2e.latency_verdict(641, 258, 2_233, 100)[0] == "INVALID"
+    status, why = bench_e2e.latency_verdict(641, 258, 2_233, 100)
+    assert "echo floor's p50 is 258 ms, above BENCH_ECHO_MAX_P50_MS (100 ms)" in why and "restart the stack" in why, why
+    assert bench_e2e.latency_verdict(60, 25, 40, 100) == ("PASS", "p99 60 ms vs echo p99 40 ms + 25 ms")
+    assert bench_e2e.latency_verdict(66, 25, 40, 100)[0] == "MISS"
+    assert bench_e2e.latency_verdict(66, 100, 40, 100)[0] == "MISS", "a floor at the limit still judges"

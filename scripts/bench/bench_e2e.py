@@ -29,6 +29,23 @@ GOAL_LATENCY_MS = 25     # (c) p99 <= echo floor p99 + 25 ms
 GOAL_APPLY = 0.5         # (d) events/s >= 0.5 x direct PostgreSQL
 GOAL_RSS_MB = 300        # (e) dispatcher peak RSS < 300 MB (10^6 bytes)
 GOAL_REPLICAS = 0.9      # (h) two replicas finish (a) at >= 0.9 x one replica's rate (issue 28)
+# (c) is judged only against a floor that is one: the development broker answers fetches more slowly as
+# its partitions fill (it keeps up to 5 MB of record batches per partition and looks a fetch's offset up
+# from the oldest), and after a few hundred thousand records its echo p50 passed 150 ms (25-33 ms on a
+# fresh stack), which made any p99 under the floor's seconds-long p99 a PASS.
+ECHO_MAX_P50_MS = 100
+
+
+def latency_verdict(p99: float, echo50: float, echo99: float, echo_max_p50: float) -> tuple[str, str]:
+    """(c)'s verdict: PASS when p99 <= the echo floor's p99 + GOAL_LATENCY_MS, MISS when not, and
+    INVALID (no verdict) when the floor's own p50 is above echo_max_p50 ms: a floor that slow measures
+    the broker, not the dispatcher."""
+    if echo50 > echo_max_p50:
+        return "INVALID", (f"the Kafka echo floor's p50 is {echo50:,.0f} ms, above BENCH_ECHO_MAX_P50_MS ({echo_max_p50:,.0f} ms): "
+                           "the development broker has slowed as its partitions filled; restart the stack (scripts/down, "
+                           "scripts/up --no-demo) and measure again")
+    status = "PASS" if p99 <= echo99 + GOAL_LATENCY_MS else "MISS"
+    return status, f"p99 {p99:,.0f} ms vs echo p99 {echo99:,.0f} ms + {GOAL_LATENCY_MS} ms"
 
 
 class Bench:
@@ -422,7 +439,7 @@ COMMIT;
     def summary(self) -> int:
         out()
         out(f"== bench-e2e: median of {self.runs} run(s), run id {self.run_id}")
-        verdicts: list[tuple[str, bool, str]] = []
+        verdicts: list[tuple[str, str, str]] = []
 
         def loads(rows, key="load"):
             return "; ".join(r[key] for r in rows)
@@ -436,7 +453,7 @@ COMMIT;
             text = (f"({letter}) {label}: {value:,.0f} {unit} beside {ceiling_name} {ceiling:,.0f}/s = {value / ceiling:.3f}× "
                     f"(goal ≥ {goal}×) | loadavg {loads(rows)}")
             out(text)
-            verdicts.append((letter, ok, f"{value / ceiling:.3f}× of the ceiling, goal ≥ {goal}×"))
+            verdicts.append((letter, "PASS" if ok else "MISS", f"{value / ceiling:.3f}× of the ceiling, goal ≥ {goal}×"))
 
         ratio_line("a", f"{self.single:,} single-token requests at once", "requests/s", "apns-bench", GOAL_SINGLE)
         ratio_line("b", f"1 request × {self.fanout:,} tokens", "notifications/s", "apns-bench", GOAL_FANOUT)
@@ -454,7 +471,7 @@ COMMIT;
             e50, e99 = B.median([r["echo50"] for r in rows]), B.median([r["echo99"] for r in rows])
             out(f"(c) paced {self.rate:,}/s × {self.secs} s: p50 {p50:,.0f} ms p99 {p99:,.0f} ms beside the Kafka echo floor "
                 f"p50 {e50:,.0f} ms p99 {e99:,.0f} ms (goal p99 ≤ {e99 + GOAL_LATENCY_MS:,.0f} ms) | loadavg {loads(rows)}")
-            verdicts.append(("c", p99 <= e99 + GOAL_LATENCY_MS, f"p99 {p99:,.0f} ms vs echo p99 {e99:,.0f} ms + {GOAL_LATENCY_MS} ms"))
+            verdicts.append(("c", *latency_verdict(p99, e50, e99, B.env_int("BENCH_ECHO_MAX_P50_MS", ECHO_MAX_P50_MS))))
         ratio_line("d", f"{self.events:,} token events", "applied/s", "direct PostgreSQL (1 client)", GOAL_APPLY)
         ratio_line("h", f"{self.single:,} single-token requests, two replicas", "requests/s", "one replica's (a)", GOAL_REPLICAS)
         if "e" in self.only:
@@ -466,11 +483,11 @@ COMMIT;
             mb = worst * 1024 / 1e6
             note = "" if self.sampler.hwm_reset else " (VmHWM could not be reset: it is the process's lifetime peak)"
             out(f"(e) dispatcher peak RSS {mb:,.0f} MB (goal < {GOAL_RSS_MB} MB): {detail}{note}")
-            verdicts.append(("e", mb < GOAL_RSS_MB, f"{mb:,.0f} MB, goal < {GOAL_RSS_MB} MB"))
+            verdicts.append(("e", "PASS" if mb < GOAL_RSS_MB else "MISS", f"{mb:,.0f} MB, goal < {GOAL_RSS_MB} MB"))
         out()
         out("== goals")
-        for letter, ok, why in verdicts:
-            out(f"({letter}) {'PASS' if ok else 'MISS'}  {why}")
+        for letter, status, why in verdicts:
+            out(f"({letter}) {status}  {why}")
         return 0
 
     def warm_up(self, tag: str = "") -> None:
