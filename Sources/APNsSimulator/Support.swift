@@ -1,6 +1,7 @@
 import APNs
 import Foundation
 import HTTP2
+import ServiceCore
 
 /// SplitMix64: a small, fast pseudo-random generator for fault shares, latency samples and
 /// generated `apns-id`s. Not for secrets. Each connection owns one (no lock, no syscall per draw).
@@ -26,28 +27,16 @@ struct SplitMix64: RandomNumberGenerator {
     /// A uniform double in [0, 1).
     mutating func unit() -> Double { Double(next() >> 11) * 0x1.0p-53 }
 
-    /// A random (version 4) UUID in lowercase 8-4-4-4-12 form, built without Foundation.
+    /// A random (version 4) UUID in lowercase 8-4-4-4-12 form, from this generator (no system call).
     mutating func uuidString() -> String {
-        let high = next() & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000  // version 4
-        let low = next() & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000   // RFC 4122 variant
-        return String(unsafeUninitializedCapacity: 36) { buffer in
-            let digits: StaticString = "0123456789abcdef"
-            var out = 0
-            func put(_ value: UInt64, nibbles: Int, from shift: Int) {
-                var s = shift
-                for _ in 0..<nibbles {
-                    buffer[out] = digits.utf8Start[Int((value >> UInt64(s)) & 0xF)]
-                    out += 1
-                    s -= 4
-                }
-            }
-            put(high, nibbles: 8, from: 60); buffer[out] = 0x2D; out += 1
-            put(high, nibbles: 4, from: 28); buffer[out] = 0x2D; out += 1
-            put(high, nibbles: 4, from: 12); buffer[out] = 0x2D; out += 1
-            put(low, nibbles: 4, from: 60); buffer[out] = 0x2D; out += 1
-            put(low, nibbles: 12, from: 44)
-            return out
+        let high = (next() & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000).bigEndian  // version 4
+        let low = (next() & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000).bigEndian   // RFC 9562 variant
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &uuid) { bytes in
+            withUnsafeBytes(of: high) { bytes.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: 8) }
+            withUnsafeBytes(of: low) { (bytes.baseAddress! + 8).copyMemory(from: $0.baseAddress!, byteCount: 8) }
         }
+        return UUID(uuid: uuid).lowercasedString
     }
 }
 

@@ -6,9 +6,10 @@ extension UUID {
     /// (`RAND_bytes`, OpenSSL 3.0 manual page RAND_bytes(3)), with the version nibble set to 4 and the
     /// variant bits to `10` (RFC 9562 §4.1, §4.2).
     ///
-    /// Foundation's `UUID()` reads the system's random device on Linux, opening and closing it for each
-    /// UUID (three system calls); a dispatcher makes one UUID per notification (its `apns-id`), so this
-    /// one takes its bytes from a generator in user space that the system seeds.
+    /// Foundation's `UUID()` reads the system's random device on Linux, opening, reading and closing it
+    /// for each UUID (three system calls); a dispatcher makes one UUID per notification (its `apns-id`),
+    /// so this one takes its bytes from a generator in user space that the system seeds. OpenSSL still
+    /// asks `getpid()` once per call, to notice a fork.
     /// - Returns: the version 4 UUID.
     public static func random() -> UUID {
         _ = shim_openssl_prepare()
@@ -21,7 +22,7 @@ extension UUID {
         return UUID(uuid: bytes)
     }
 
-    /// The UUID's text in lowercase, 8-4-4-4-12 hex digits (RFC 9562 §4: "lowercase on output"), e.g.
+    /// The UUID's text in lowercase, 8-4-4-4-12 hex digits (RFC 9562 §4 asks for lowercase on output), e.g.
     /// `123e4567-e89b-12d3-a456-426614174000`: `uuidString.lowercased()` built in one allocation.
     public var lowercasedString: String {
         withUnsafeBytes(of: uuid) { bytes in
