@@ -63,6 +63,20 @@ def stack_env() -> dict[str, str]:
     return env
 
 
+def free_ports():
+    """Yields ports for a test's own listeners, each free at the time it is yielded. The ports lie below
+    the kernel's ephemeral range (`ip_local_port_range`, 32768 up by default): a port inside it can be
+    taken by any outgoing connection between this check and the bind (a CI run's simulator once failed
+    with "bind 127.0.0.1:47404: Address already in use" on a port no one listened on). A port any
+    socket uses, listening or connected, is skipped. Starts at PUSH_E2E_SCRIPT_PORT_BASE (21400)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    start = int(os.environ.get("PUSH_E2E_SCRIPT_PORT_BASE", "21400"))
+    for port in range(start, low if start < low else 65000):
+        if subprocess.run(["ss", "-tanH", f"( sport = :{port} )"], capture_output=True, text=True).stdout.strip() == "":
+            yield port
+    raise RuntimeError("no free port")
+
+
 def api_key() -> str:
     """The development API key scripts/up generated (every bundle id and operation)."""
     return stack_env().get("PUSH_API_KEY", "")

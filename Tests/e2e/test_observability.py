@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -21,12 +20,6 @@ import pushstack as stack
 wait_for = stack.wait_for
 BUNDLE = "com.example.e2e"
 TRACE_RE = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:
@@ -56,7 +49,7 @@ def prometheus(tmp_path_factory):
         for job, variable in stack.ADMIN_URLS.items())
     (work / "prometheus.yml").write_text(
         f"global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}")
-    port = free_port()
+    port = next(stack.free_ports())
     log = open(work / "prometheus.log", "w")
     process = subprocess.Popen(
         [exe, f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",

@@ -22,27 +22,16 @@ def port_of(url: str) -> str:
 
 
 def second_stack_env(tmp_path: Path, **ports: str) -> dict[str, str]:
-    """An environment for another stack in `tmp_path` on free ports, except those given. The ports lie
-    below the kernel's ephemeral range (`ip_local_port_range`, 32768 up by default): a port inside it
-    can be taken by any outgoing connection between this check and the bind (a CI run's simulator once
-    failed with "bind 127.0.0.1:47404: Address already in use" on a port no one listened on). A port
-    any socket uses, listening or connected, is skipped."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    base = int(os.environ.get("PUSH_E2E_SCRIPT_PORT_BASE", "21400"))
-    free = iter(range(base, low if base < low else 65000))
-
-    def next_free() -> str:
-        for port in free:
-            if subprocess.run(["ss", "-tanH", f"( sport = :{port} )"], capture_output=True, text=True).stdout.strip() == "":
-                return str(port)
-        raise RuntimeError("no free port")
+    """An environment for another stack in `tmp_path` on free ports (`pushstack.free_ports`), except
+    those given."""
+    free = stack.free_ports()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUSH_")}
     # Under /var/tmp: the postgres OS user must reach it (pytest's tmp_path is private to root).
     env["PUSH_VAR_DIR"] = f"/var/tmp/push-e2e-{tmp_path.name[-20:]}-{os.getpid()}"
     for name in ["PUSH_PG_PORT", "PUSH_UP_GRPC_PORT", "PUSH_UP_SIM_PRODUCTION_PORT", "PUSH_UP_SIM_SANDBOX_PORT",
                  "PUSH_UP_SIM_ADMIN_PORT", "PUSH_UP_REGISTRATION_ADMIN_PORT", "PUSH_UP_DISPATCHER_ADMIN_PORT",
                  "PUSH_UP_SIM_METRICS_ADMIN_PORT"]:
-        env[name] = ports.get(name) or next_free()
+        env[name] = ports.get(name) or str(next(free))
     return env
 
 
