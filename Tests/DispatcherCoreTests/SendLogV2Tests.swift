@@ -248,6 +248,38 @@ struct SendLogV2DatedProgressTests {
         #expect(try await parking.progress(reads, limit: 2)[dated]?.complete == false)
         await pool.close()
     }
+
+    /// The same read says which requests finished before (`request_completions`), dated or not, with
+    /// or without outcomes and parked tokens, and no other: the look-up a redelivered request makes
+    /// before sending anything, in one statement.
+    @Test func theReadSaysWhichRequestsCompletedBefore() async throws {
+        let (store, pool) = try await SendLogWriterTests.store()
+        let parking = PendingRetryStore(pool: pool)
+        let requestedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        let id = UUID().uuidString
+        let (doneDated, doneUndated, doneEmpty, open) = ("done-dated-\(id)", "done-undated-\(id)", "done-empty-\(id)", "open-\(id)")
+        #expect(try await store.recordOutcome(SendLogV2Tests.report(doneDated, "t1", requestedAtMs: requestedAt), event: [0x1]))
+        #expect(try await store.recordOutcome(SendLogV2Tests.report(doneUndated, "t2", requestedAtMs: requestedAt), event: [0x2]))
+        #expect(try await store.recordOutcome(SendLogV2Tests.report(open, "t3", requestedAtMs: requestedAt), event: [0x3]))
+        try await store.recordCompletions([(doneDated, "e1", .completed), (doneUndated, "e2", .cancelled), (doneEmpty, "e3", .completed)])
+        let reads = [PendingRetryStore.ProgressRead(requestID: doneDated, requestedAtMs: requestedAt),
+                     PendingRetryStore.ProgressRead(requestID: doneUndated, requestedAtMs: 0),
+                     PendingRetryStore.ProgressRead(requestID: doneEmpty, requestedAtMs: requestedAt),
+                     PendingRetryStore.ProgressRead(requestID: open, requestedAtMs: requestedAt),
+                     PendingRetryStore.ProgressRead(requestID: "never-\(id)", requestedAtMs: requestedAt)]
+        let found = try await parking.progress(reads, limit: 10)
+        #expect(found[doneDated]?.completed == true)
+        #expect(found[doneUndated]?.completed == true)
+        #expect(found[doneEmpty]?.completed == true)
+        #expect(found[open]?.completed == false)
+        #expect(found["never-\(id)"] == nil)
+        // Completion and outcomes are both read: the completion row adds no outcome.
+        #expect(found[doneDated]?.recorded.mapValues(\.event) == ["t1": [0x1]])
+        #expect(found[doneUndated]?.recorded.mapValues(\.event) == ["t2": [0x2]])
+        #expect(found[doneEmpty]?.recorded.isEmpty == true)
+        #expect(found[open]?.recorded.mapValues(\.event) == ["t3": [0x3]])
+        await pool.close()
+    }
 }
 
 /// The cost of the progress look-up does not grow with its day partition, whatever the statistics

@@ -46,8 +46,8 @@ public final class SendRequestProcessor: Sendable {
     /// Parked notifications and the requests waiting for them.
     let parking: PendingRetryStore
     /// Batched look-ups (see `Batcher`; natural batching, no wait): what earlier deliveries left by
-    /// request id (recorded outcomes and parked tokens), whether a request already completed, active
-    /// tokens by user, rows by token.
+    /// request id (recorded outcomes and parked tokens, and whether the request already completed),
+    /// whether a broadcast's request already completed, active tokens by user, rows by token.
     private let progressLoader: Batcher<PendingRetryStore.ProgressRead, PendingRetryStore.RequestProgress>
     let completedLoader: Batcher<String, Bool>
     /// Writes `request_completions` rows of requests finishing together in one statement.
@@ -177,21 +177,20 @@ public final class SendRequestProcessor: Sendable {
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
         let template = try checked ?? NotificationTemplate(notification, requestID: request.requestID)
-        // The look-ups are batched with those of other requests running at the same time.
-        async let completedLookup = completedLoader.submit(request.requestID)
+        // The look-ups are batched with those of other requests running at the same time; the
+        // progress read also says whether the request finished before (request_completions).
         async let progressLookup = progressLoader.submit(
             PendingRetryStore.ProgressRead(requestID: request.requestID, requestedAtMs: request.createdAtMs))
         let environment = notification.environment.apnsEnvironment
         let (batch, more) = try await resolveFirst(target, template: template, environment: environment)
-        if try await completedLookup {
+        let progress = try await progressLookup
+        if progress.completed {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
             // and the RequestCompleted were acknowledged then; nothing is sent or published again.
-            _ = try? await progressLookup
             acknowledged.remove(requestID: request.requestID)
             logger.info("request already completed: not handled again", ["request_id": request.requestID])
             return .finished
         }
-        let progress = try await progressLookup
         let cancel = CancelCheckPolicy(cancellations: cancellations)
         let context = DeliveryContext(
             request: request, template: template, requestedAt: request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs,

@@ -28,13 +28,17 @@ extension PendingRetryStore {
     /// holding mostly a few large fan-outs PostgreSQL chose a sequential scan of the whole partition
     /// for every look-up (a cost growing with the day's rows: 1,658 µs of PostgreSQL CPU per
     /// single-token request after 60,000 rows, where 51 µs was usual).
+    ///
+    /// Its last part reads `request_completions` (a primary-key look-up per request): a row with
+    /// `completed` true says the request finished before. One statement instead of two, and one
+    /// snapshot for both answers.
     static let progressSQL = """
-        SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked
+        SELECT r.id AS request_id, s.device_token, s.report, s.acknowledged, false AS parked, false AS completed
           FROM (SELECT DISTINCT unnest($1::text[]) AS id) AS r
          CROSS JOIN LATERAL (SELECT device_token, report, acknowledged FROM send_log_all WHERE request_id = r.id
                               ORDER BY device_token LIMIT $2) AS s
         UNION ALL
-        SELECT r.id, s.device_token, s.report, s.acknowledged, false
+        SELECT r.id, s.device_token, s.report, s.acknowledged, false, false
           FROM (SELECT DISTINCT * FROM unnest($3::text[], $4::bigint[]) AS r(id, requested_at_ms)) AS r
          CROSS JOIN LATERAL (
             (SELECT device_token, report, acknowledged FROM send_log_v2
@@ -44,16 +48,20 @@ extension PendingRetryStore {
             (SELECT device_token, report, acknowledged FROM send_log WHERE request_id = r.id ORDER BY device_token LIMIT $2)
             LIMIT $2) AS s
         UNION ALL
-        SELECT r.id, p.device_token, NULL, false, true
+        SELECT r.id, p.device_token, NULL, false, true, false
           FROM (SELECT DISTINCT unnest($1::text[] || $3::text[]) AS id) AS r
          CROSS JOIN LATERAL (SELECT device_token FROM pending_retries WHERE request_id = r.id ORDER BY device_token LIMIT $2) AS p
+        UNION ALL
+        SELECT c.request_id, NULL, NULL, false, false, true
+          FROM request_completions c WHERE c.request_id = ANY($1::text[] || $3::text[])
         """
 
     /// `progress(requestIDs:limit:)` for requests whose `requested_at_ms` is known: their outcomes in
     /// `send_log_v2` are read from their day's partition only (PostgreSQL prunes the others at run
     /// time), instead of one primary-key descent per partition (docs/send-log.md "What `send_log_v2`
     /// costs and saves"); the old `send_log` is read as before. Reads with `requestedAtMs` 0 read every
-    /// partition.
+    /// partition. The same statement says which requests finished before (`RequestProgress.completed`,
+    /// from `request_completions`).
     /// - Parameter limit: rows read per request and table, as `progress(requestIDs:limit:)`.
     /// - Throws: `PostgresError`.
     public func progress(_ reads: [ProgressRead], limit: Int) async throws -> [String: RequestProgress] {
@@ -68,7 +76,7 @@ extension PendingRetryStore {
                  .string(PostgresArrayLiteral.int64(dated.map(\.requestedAtMs)))],
                 prepared: true)
         }
-        var result = try Self.progress(rows)
+        var result = try Self.progress(rows, completions: true)
         for (id, progress) in result where progress.recorded.count >= limit || progress.parked.count >= limit {
             result[id]?.complete = false
         }

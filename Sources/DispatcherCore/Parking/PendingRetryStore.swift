@@ -252,9 +252,16 @@ public final class PendingRetryStore: Sendable {
         return try Self.progress(rows)[requestID] ?? RequestProgress()
     }
 
-    static func progress(_ rows: PostgresRows) throws -> [String: RequestProgress] {
+    /// Groups the rows of a progress read by request id.
+    /// - Parameter completions: the rows carry a `completed` column (`progressSQL`); a row where it
+    ///   is true says the request is in `request_completions` and holds nothing else.
+    static func progress(_ rows: PostgresRows, completions: Bool = false) throws -> [String: RequestProgress] {
         var result: [String: RequestProgress] = [:]
         for row in rows {
+            if completions, try row.bool("completed") == true, let requestID = try row.string("request_id") {
+                result[requestID, default: RequestProgress()].completed = true
+                continue
+            }
             guard let requestID = try row.string("request_id"), let token = try row.string("device_token") else { continue }
             if try row.bool("parked") == true {
                 result[requestID, default: RequestProgress()].parked.insert(token)
@@ -275,6 +282,9 @@ public final class PendingRetryStore: Sendable {
         /// Whether `recorded` and `parked` hold everything of the request; false when a read was
         /// limited (`progress(requestIDs:limit:)`) and may have left rows out.
         public var complete = true
+        /// Whether `request_completions` holds the request: its `RequestCompleted` was acknowledged,
+        /// so nothing of it is sent or published again. Read only by `progress(_:limit:)`.
+        public var completed = false
         public init() {}
     }
 
