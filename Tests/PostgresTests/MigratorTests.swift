@@ -54,8 +54,13 @@ struct MigratorTests {
             let applications = try await connection.query("SELECT version FROM applications ORDER BY version")
             #expect(try applications.map { try $0.int("version") } == [1, 2, 3])
             #expect(try await connection.query("SELECT count(*) AS n FROM widgets").first?.int("n") == 1)
-            // The lock was released by every run.
-            let locks = try await connection.query("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")
+            // The lock was released by every run. pg_locks lists the whole server's locks, and suites
+            // running beside this one (each in a database of its own) take advisory locks too: count
+            // this database's only.
+            let locks = try await connection.query("""
+                SELECT count(*) AS n FROM pg_locks
+                 WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                """)
             #expect(try locks.first?.int("n") == 0)
         }
 
