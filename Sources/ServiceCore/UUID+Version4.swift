@@ -1,22 +1,21 @@
 internal import COpenSSL
 import Foundation
+import Synchronization
 
 extension UUID {
-    /// A random UUID (version 4, RFC 9562 §5.4): 16 bytes from OpenSSL's per-thread random generator
+    /// A random UUID (version 4, RFC 9562 §5.4): 16 bytes from OpenSSL's random generator
     /// (`RAND_bytes`, OpenSSL 3.0 manual page RAND_bytes(3)), with the version nibble set to 4 and the
     /// variant bits to `10` (RFC 9562 §4.1, §4.2).
     ///
     /// Foundation's `UUID()` reads the system's random device on Linux, opening, reading and closing it
     /// for each UUID (three system calls); a dispatcher makes one UUID per notification (its `apns-id`),
-    /// so this one takes its bytes from a generator in user space that the system seeds. OpenSSL still
-    /// asks `getpid()` once per call, to notice a fork.
+    /// so this one takes its bytes from a generator in user space that the system seeds, 4 KiB at a
+    /// time (`RandomBytePool`): OpenSSL's generator re-keys its cipher on every call, which cost more
+    /// than the 16 bytes themselves. Safe from any thread; not across `fork()` (no service here forks).
     /// - Returns: the version 4 UUID.
     public static func random() -> UUID {
-        _ = shim_openssl_prepare()
         var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        let status = withUnsafeMutableBytes(of: &bytes) { RAND_bytes($0.baseAddress, Int32($0.count)) }
-        // RAND_bytes fails only when the generator cannot be seeded, which no caller can recover from.
-        precondition(status == 1, "OpenSSL RAND_bytes failed: the random generator is not seeded")
+        withUnsafeMutableBytes(of: &bytes) { RandomBytePool.shared.fill($0) }
         bytes.6 = (bytes.6 & 0x0F) | 0x40  // version 4
         bytes.8 = (bytes.8 & 0x3F) | 0x80  // variant 10xx (RFC 9562)
         return UUID(uuid: bytes)
@@ -39,6 +38,53 @@ extension UUID {
                     at += 2
                 }
                 return at
+            }
+        }
+    }
+}
+
+/// Random bytes from OpenSSL's generator (`RAND_bytes`), drawn `chunk` bytes at a time and handed
+/// out in order, each byte once, under a lock. One `RAND_bytes` call costs about the same for 16
+/// bytes as for a few KiB (OpenSSL 3's CTR-DRBG sets its AES key up again on every call), so
+/// callers that take a few bytes each (a UUID per notification) share one draw.
+final class RandomBytePool: Sendable {
+    /// The process's pool (`UUID.random()`).
+    static let shared = RandomBytePool(chunk: 4096)
+
+    private struct State {
+        var buffer: [UInt8]
+        /// The first byte not handed out yet; `buffer.count` when all were.
+        var next: Int
+    }
+
+    private let state: Mutex<State>
+
+    /// - Parameter chunk: bytes drawn per `RAND_bytes` call (at least 16).
+    init(chunk: Int) {
+        self.state = Mutex(State(buffer: [UInt8](repeating: 0, count: max(chunk, 16)), next: max(chunk, 16)))
+    }
+
+    /// Fills `destination` with bytes no other call receives.
+    func fill(_ destination: UnsafeMutableRawBufferPointer) {
+        var written = 0
+        state.withLock { state in
+            while written < destination.count {
+                if state.next == state.buffer.count {
+                    _ = shim_openssl_prepare()
+                    let status = state.buffer.withUnsafeMutableBytes { RAND_bytes($0.baseAddress, Int32($0.count)) }
+                    // RAND_bytes fails only when the generator cannot be seeded, which no caller can recover from.
+                    precondition(status == 1, "OpenSSL RAND_bytes failed: the random generator is not seeded")
+                    state.next = 0
+                }
+                let count = min(destination.count - written, state.buffer.count - state.next)
+                state.buffer.withUnsafeBytes { source in
+                    destination.baseAddress!.advanced(by: written).copyMemory(
+                        from: source.baseAddress!.advanced(by: state.next), byteCount: count)
+                }
+                // Handed out once: zeroed so the pool keeps no copy of bytes a caller now owns.
+                state.buffer.withUnsafeMutableBytes { _ = $0.baseAddress!.advanced(by: state.next).initializeMemory(as: UInt8.self, repeating: 0, count: count) }
+                state.next += count
+                written += count
             }
         }
     }
