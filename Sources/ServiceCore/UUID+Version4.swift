@@ -89,3 +89,16 @@ final class RandomBytePool: Sendable {
         }
     }
 }
+
+/// A `RandomNumberGenerator` over `RandomBytePool.shared`: 8 bytes of OpenSSL's generator per
+/// `next()`, with no system call (`SystemRandomNumberGenerator` makes one per call).
+public struct PooledRandomNumberGenerator: RandomNumberGenerator {
+    public init() {}
+
+    /// - Returns: 64 random bits.
+    public mutating func next() -> UInt64 {
+        var value: UInt64 = 0
+        withUnsafeMutableBytes(of: &value) { RandomBytePool.shared.fill($0) }
+        return value
+    }
+}

@@ -53,4 +53,17 @@ import Testing
         #expect(uuids.count == 20_000)
         #expect(Set(uuids).count == uuids.count)
     }
+
+    @Test func pooledGeneratorsBitsVaryAndTracesAreDistinct() {
+        var generator = PooledRandomNumberGenerator()
+        let values = (0..<10_000).map { _ in generator.next() }
+        #expect(Set(values).count == values.count)
+        for bit in 0..<64 {
+            let set = values.filter { $0 & (1 << UInt64(bit)) != 0 }.count
+            #expect((4_000...6_000).contains(set), "bit \(bit) set in \(set) of 10,000")
+        }
+        let traces = (0..<2_000).map { _ in TraceParent.random() }
+        #expect(Set(traces.map(\.traceID)).count == traces.count)
+        #expect(traces.allSatisfy { TraceParent($0.text) != nil && $0.text.hasSuffix("-01") })
+    }
 }
