@@ -26,6 +26,25 @@ static inline int shim_openssl_prepare(void) {
     return OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
 }
 
+/* SHA-1 and SHA-256 of one message on a context on the stack (SHA1_Init(3), SHA256_Init(3)):
+ * EVP_Digest allocates and frees a digest context and a provider context on every call, which costs
+ * several times the hashing of a message of a hundred bytes (a UUID version 5 per notification).
+ * These functions are deprecated since OpenSSL 3.0 in favour of EVP, and present throughout 3.x;
+ * the deprecation is silenced here only. `out` holds 20 (SHA-1) or 32 (SHA-256) bytes. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static inline int shim_sha1(const void *data, size_t length, unsigned char *out) {
+    SHA_CTX context;
+    if (SHA1_Init(&context) != 1 || SHA1_Update(&context, data, length) != 1) return 0;
+    return SHA1_Final(out, &context);
+}
+static inline int shim_sha256(const void *data, size_t length, unsigned char *out) {
+    SHA256_CTX context;
+    if (SHA256_Init(&context) != 1 || SHA256_Update(&context, data, length) != 1) return 0;
+    return SHA256_Final(out, &context);
+}
+#pragma GCC diagnostic pop
+
 /* OpenSSL macros Swift cannot call: static inline wrappers. */
 static inline long shim_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
     return SSL_set_tlsext_host_name(ssl, name);

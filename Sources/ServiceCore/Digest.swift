@@ -1,36 +1,32 @@
 internal import COpenSSL
 
-/// One-shot message digests through OpenSSL's EVP API (`EVP_Digest`, OpenSSL 3.0 manual page
-/// EVP_DigestInit(3)).
+/// One-shot message digests through OpenSSL: SHA-1 and SHA-256 on a context on the stack
+/// (`SHA1_Init`/`SHA256_Init`, OpenSSL 3.0 manual page SHA256_Init(3), through the module's C shim),
+/// HMAC through `HMAC`.
 ///
-/// Used for deterministic ids (`UUID.v5`, SHA-1 as RFC 9562 §5.5 requires) and content digests
-/// (SHA-256). Not for passwords or keys.
+/// Used for deterministic ids (`UUID.v5`, SHA-1 as RFC 9562 §5.5 requires, one per notification) and
+/// content digests (SHA-256). Not for passwords or keys. OpenSSL's EVP interface (`EVP_Digest`) gives
+/// the same digests but allocates and frees two contexts per call, which cost several times the
+/// hashing of the short messages hashed here.
 public enum Digest {
     /// SHA-1 (FIPS 180-4) of `bytes`.
     /// - Parameter bytes: the message.
     /// - Returns: the 20-byte digest.
     public static func sha1(_ bytes: [UInt8]) -> [UInt8] {
-        digest(bytes, Algorithm.sha1.md, name: "SHA-1")
+        bytes.withUnsafeBytes { digest($0, length: 20, name: "SHA-1", shim_sha1) }
     }
 
     /// SHA-256 (FIPS 180-4) of `bytes`.
     /// - Parameter bytes: the message.
     /// - Returns: the 32-byte digest.
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
-        digest(bytes, Algorithm.sha256.md, name: "SHA-256")
+        bytes.withUnsafeBytes { digest($0, length: 32, name: "SHA-256", shim_sha256) }
     }
 
     /// SHA-256 of bytes held elsewhere (a C library's buffer), without copying them.
     /// - Returns: the 32-byte digest.
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
-        _ = shim_openssl_prepare()
-        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let status = output.withUnsafeMutableBufferPointer { out in
-            EVP_Digest(bytes.baseAddress, bytes.count, out.baseAddress, &length, Algorithm.sha256.md, nil)
-        }
-        precondition(status == 1, "OpenSSL EVP_Digest(SHA-256) failed")
-        return Array(output.prefix(Int(length)))
+        digest(bytes, length: 32, name: "SHA-256", shim_sha256)
     }
 
     /// HMAC-SHA-256 (RFC 2104, FIPS 180-4) of `message` under `key`, through OpenSSL's one-shot `HMAC`.
@@ -62,33 +58,17 @@ public enum Digest {
         return lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in CRYPTO_memcmp(a.baseAddress, b.baseAddress, a.count) == 0 } }
     }
 
-    /// An algorithm fetched from OpenSSL's default provider once per process (`EVP_MD_fetch`, OpenSSL
-    /// 3.0 manual page crypto(7), "Explicit fetching"): `EVP_sha1()` and `EVP_sha256()` would make
-    /// OpenSSL look the implementation up again on every digest. Never freed; OpenSSL's methods are
-    /// immutable and shared between threads.
-    private struct Algorithm: @unchecked Sendable {
-        let md: OpaquePointer?
-        init(_ name: String) {
-            _ = shim_openssl_prepare()
-            md = EVP_MD_fetch(nil, name, nil)
-            precondition(md != nil, "OpenSSL has no \(name) in its default provider")
-        }
-        static let sha1 = Algorithm("SHA1")
-        static let sha256 = Algorithm("SHA256")
-    }
-
-    /// `EVP_Digest` fails only when OpenSSL cannot allocate its context or the algorithm is missing
-    /// from the default provider, which no caller can recover from: a precondition, not an error.
-    private static func digest(_ bytes: [UInt8], _ algorithm: OpaquePointer?, name: String) -> [UInt8] {
+    /// The low-level functions fail only on a null context or output, which cannot happen here: a
+    /// precondition, not an error.
+    private static func digest(
+        _ bytes: UnsafeRawBufferPointer, length: Int, name: String,
+        _ function: (UnsafeRawPointer?, Int, UnsafeMutablePointer<UInt8>?) -> Int32
+    ) -> [UInt8] {
         _ = shim_openssl_prepare()
-        var output = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
-        var length: UInt32 = 0
-        let status = bytes.withUnsafeBytes { input in
-            output.withUnsafeMutableBufferPointer { out in
-                EVP_Digest(input.baseAddress, input.count, out.baseAddress, &length, algorithm, nil)
-            }
+        return [UInt8](unsafeUninitializedCapacity: length) { output, count in
+            let status = function(bytes.baseAddress, bytes.count, output.baseAddress)
+            precondition(status == 1, "OpenSSL \(name) failed")
+            count = length
         }
-        precondition(status == 1, "OpenSSL EVP_Digest(\(name)) failed")
-        return Array(output.prefix(Int(length)))
     }
 }

@@ -13,12 +13,12 @@ extension UUID {
     ///   - name: the name, hashed as UTF-8 without normalization.
     /// - Returns: the version 5 UUID.
     public static func v5(namespace: UUID, name: String) -> UUID {
-        let space = namespace.uuid
-        let namespaceBytes: [UInt8] = [
-            space.0, space.1, space.2, space.3, space.4, space.5, space.6, space.7,
-            space.8, space.9, space.10, space.11, space.12, space.13, space.14, space.15,
-        ]
-        var hash = Digest.sha1(namespaceBytes + Array(name.utf8))
+        // One buffer for the namespace's 16 bytes and the name (one per notification: no copies).
+        var message = [UInt8]()
+        message.reserveCapacity(16 + name.utf8.count)
+        withUnsafeBytes(of: namespace.uuid) { message.append(contentsOf: $0) }
+        message.append(contentsOf: name.utf8)
+        var hash = Digest.sha1(message)
         hash[6] = (hash[6] & 0x0F) | 0x50  // version 5
         hash[8] = (hash[8] & 0x3F) | 0x80  // variant 10xx (RFC 9562)
         return UUID(uuid: (

@@ -21,6 +21,26 @@ import Testing
         #expect(Digest.sha1(bytes).count == 20)
         #expect(Digest.sha256(bytes).count == 32)
     }
+
+    @Test func matchesPythonHashlibAtEveryLengthAroundTheBlockPadding() async throws {
+        // Lengths 0 to 200 cross both hashes' padding cases (55/56 and 119/120 bytes: the length field
+        // fits the last block or needs another) and block boundaries (64, 128, 192).
+        let bytes = (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 17) }
+        let script = """
+            import hashlib, sys
+            d = sys.stdin.buffer.read()
+            for n in range(len(d) + 1):
+                print(hashlib.sha1(d[:n]).hexdigest(), hashlib.sha256(d[:n]).hexdigest())
+            """
+        let lines = try await runPython(script, arguments: [], stdin: bytes)
+        let ours = (0...bytes.count).map { n in
+            let prefix = Array(bytes.prefix(n))
+            let raw = prefix.withUnsafeBytes { Digest.sha256($0) }
+            #expect(raw == Digest.sha256(prefix), "length \(n): the two SHA-256 entry points differ")
+            return "\(hex(Digest.sha1(prefix))) \(hex(Digest.sha256(prefix)))"
+        }
+        #expect(lines == ours)
+    }
 }
 
 @Suite struct UUIDVersion5Tests {
