@@ -76,9 +76,13 @@ public struct CredentialsRegistry: Sendable, Equatable {
         /// How specifically the pattern matches `bundleID`: nil when it does not; an exact match
         /// beats every prefix, a longer prefix beats a shorter one.
         public func specificity(for bundleID: String) -> Int? {
-            guard pattern.hasSuffix("*") else { return pattern == bundleID ? Int.max : nil }
+            // Compared as UTF-8 bytes: bundle ids are ASCII (Apple: alphanumerics, hyphens, periods),
+            // and String's own prefix test compares by Unicode canonical equivalence, several times
+            // slower, once per notification.
+            let pattern = self.pattern.utf8
+            guard pattern.last == UInt8(ascii: "*") else { return pattern.elementsEqual(bundleID.utf8) ? Int.max : nil }
             let prefix = pattern.dropLast()
-            return bundleID.hasPrefix(prefix) ? prefix.utf8.count : nil
+            return bundleID.utf8.starts(with: prefix) ? prefix.count : nil
         }
     }
 
