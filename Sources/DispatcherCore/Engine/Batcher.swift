@@ -168,11 +168,13 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         do {
             let outputs = try await execute(batch.map(\.input))
             precondition(outputs.count == batch.count, "Batcher \(name): execute returned \(outputs.count) outputs for \(batch.count) inputs")
-            for (entry, output) in zip(batch, outputs) { entry.continuation?.resume(returning: output) }
+            // By index, not `for entry in batch`: a loop variable is a copy of the entry (its input
+            // retained and released once more per row, a profile's 2 % of a request's CPU).
+            for index in batch.indices { batch[index].continuation?.resume(returning: outputs[index]) }
         } catch {
-            for entry in batch { entry.continuation?.resume(throwing: error) }
+            for index in batch.indices { batch[index].continuation?.resume(throwing: error) }
         }
-        for entry in batch { entry.done?() }
+        for index in batch.indices { batch[index].done?() }
         let loop = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.queue.batchFinished()
             return Self.takeLoop(&state)
