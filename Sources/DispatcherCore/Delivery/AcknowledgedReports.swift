@@ -45,12 +45,15 @@ final class AcknowledgedReports: Sendable {
     /// Remembers that the report of (`requestID`, `token`) was acknowledged.
     func insert(requestID: String, token: String) {
         state.withLock { state in
-            if state.tokens[requestID] == nil {
-                state.tokens[requestID] = (state.nextSequence, [])
-                state.order.append((requestID, state.nextSequence))
+            // One look-up of the request (a report per notification): its entry is made in place
+            // when missing, and told apart by its sequence, which no existing entry has yet.
+            let next = state.nextSequence
+            let (fresh, inserted) = Self.insert(token, into: &state.tokens[requestID, default: (next, [])], next: next)
+            if fresh {
+                state.order.append((requestID, next))
                 state.nextSequence += 1
             }
-            if state.tokens[requestID]!.tokens.insert(token).inserted { state.count += 1 }
+            if inserted { state.count += 1 }
             while state.count > maxReports, state.head < state.order.count {
                 let oldest = state.order[state.head]
                 state.head += 1
@@ -64,6 +67,12 @@ final class AcknowledgedReports: Sendable {
     }
 
     /// Whether the report of (`requestID`, `token`) was acknowledged and is still remembered.
+    /// Adds `token` to a request's entry; says whether the entry was just made (its sequence is
+    /// `next`) and whether the token is new to it.
+    private static func insert(_ token: String, into entry: inout (sequence: Int, tokens: Set<String>), next: Int) -> (fresh: Bool, inserted: Bool) {
+        (entry.sequence == next, entry.tokens.insert(token).inserted)
+    }
+
     func contains(requestID: String, token: String) -> Bool {
         state.withLock { $0.tokens[requestID]?.tokens.contains(token) ?? false }
     }
