@@ -214,9 +214,9 @@ final class RecordActivity: Sendable {
 
     init(_ context: RetryContext) { self.context = context }
 
-    /// A notification task started.
+    /// A notification was handed to a send worker (admitted).
     func notificationStarted() { update { $0.inFlight += 1 } }
-    /// A notification task ended (settled, parked or cancelled).
+    /// A notification's send ended (settled, parked or cancelled).
     func notificationEnded() { update { $0.inFlight -= 1 } }
     /// The request starts no more notifications.
     func startingDone() { update { $0.starting = false } }

@@ -38,6 +38,8 @@ extension SendRequestProcessor {
         try await withThrowingDiscardingTaskGroup { group in
             // The record counts as waiting only on retries once the last page started its last send.
             defer { activity.startingDone() }
+            let workers = SendWorkers<AdmittedSend>()
+            defer { workers.close() }
             var next: DeliveryBatch? = first
             while let page = next {
                 if context.shouldStop() { abandoned = true; break }
@@ -50,7 +52,7 @@ extension SendRequestProcessor {
                     pageContext.recorded = found.recorded
                     pageContext.parked = found.parked
                 }
-                if try await startSends(page, pageContext, tally: tally, activity: activity, in: &group) {
+                if try await startSends(page, pageContext, tally: tally, activity: activity, workers: workers, in: &group) {
                     abandoned = true
                     break
                 }

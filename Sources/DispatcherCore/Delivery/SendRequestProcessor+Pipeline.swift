@@ -31,15 +31,18 @@ extension SendRequestProcessor {
                 context.turn?.started.fire()
             }
             guard let batch = unstarted.take() else { return }
-            abandoned = try await startSends(batch, context, tally: tally, activity: activity, in: &group)
+            let workers = SendWorkers<AdmittedSend>()
+            defer { workers.close() }
+            abandoned = try await startSends(batch, context, tally: tally, activity: activity, workers: workers, in: &group)
         }
         return BatchResult(counts: tally.counts, parked: tally.parked, abandoned: abandoned)
     }
 
     /// Stages 1 and 2 for one batch, stages 3 and 4 started: for each target, in order, skips what an
-    /// earlier delivery left (parked, or recorded: republished), admits it, and adds its send, settle,
-    /// record and publish to `group` as a task of its own. Returns once every target started (or
-    /// `context.shouldStop()` answered true); the sends go on in `group`.
+    /// earlier delivery left (parked, or recorded: republished), admits it, and hands its send, settle,
+    /// record and publish to `workers` (`runSend`), starting a worker in `group` when none is idle.
+    /// Returns once every target started (or `context.shouldStop()` answered true); the sends go on in
+    /// `group`. The caller closes `workers` once its last batch started.
     ///
     /// A send keeps the request's context without the batch's earlier outcomes (`recorded`, `parked`:
     /// only this loop reads them), so a notification Apple is slow to answer holds its own target and
@@ -47,12 +50,13 @@ extension SendRequestProcessor {
     /// - Returns: whether it stopped before every target started (the batch is abandoned).
     /// - Throws: what admission throws (`CancellationError`).
     func startSends(
-        _ batch: DeliveryBatch, _ context: DeliveryContext, tally: BatchTally, activity: RecordActivity,
+        _ batch: DeliveryBatch, _ context: DeliveryContext, tally: BatchTally, activity: RecordActivity, workers: SendWorkers<AdmittedSend>,
         in group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Bool {
         var sending = context
         sending.recorded = [:]
         sending.parked = []
+        let shared = SendingContext(sending)
         for target in batch.targets {
             // Stopping (shutdown, revocation, a lost lease): no new notification starts; those in
             // flight finish and are recorded; the batch stays unfinished and is read again.
@@ -76,32 +80,43 @@ extension SendRequestProcessor {
                 return true
             }
             activity.notificationStarted()
-            group.addTask { [sending] in
-                defer {
-                    permit.release()
-                    activity.notificationEnded()
-                }
-                var chosen = admitted
-                // Asked once more when the task runs: with a thousand sends starting at once, a
-                // task can start well after it was admitted, and a cancel seen meanwhile stops it.
-                if case .settle(let outcome, let reason) = sending.admission.recheck(sending.candidate(admitted)) {
-                    permit.release()
-                    chosen = admitted.settled(outcome, reason)
-                }
-                switch try await self.send(chosen, sending, permit: permit, activity: activity) {
-                case .parked:
-                    tally.countParked()
-                case .settled(let report):
-                    self.noteFinal(report)
-                    tally.count(report.outcome)
+            if workers.submit(AdmittedSend(target: admitted, permit: permit, context: shared)) {
+                group.addTask {
+                    try await workers.run { item in try await self.runSend(item, tally: tally, activity: activity) }
                 }
             }
         }
         return false
     }
+
+    /// Stages 3 and 4 for one admitted target, in a send worker (`SendWorkers`): its send, settle,
+    /// record and publish; its permit released and its activity ended however it ends.
+    /// - Throws: what `send(_:_:permit:activity:)` throws.
+    func runSend(_ item: AdmittedSend, tally: BatchTally, activity: RecordActivity) async throws {
+        let permit = item.permit
+        defer {
+            permit.release()
+            activity.notificationEnded()
+        }
+        let sending = item.context.context
+        var chosen = item.target
+        // Asked once more when the worker takes it: with a thousand sends starting at once, a send
+        // can start well after it was admitted, and a cancel seen meanwhile stops it.
+        if case .settle(let outcome, let reason) = sending.admission.recheck(sending.candidate(item.target)) {
+            permit.release()
+            chosen = item.target.settled(outcome, reason)
+        }
+        switch try await send(chosen, sending, permit: permit, activity: activity) {
+        case .parked:
+            tally.countParked()
+        case .settled(let report):
+            noteFinal(report)
+            tally.count(report.outcome)
+        }
+    }
 }
 
-/// A batch's counts, updated by its concurrent notification tasks.
+/// A batch's counts, updated by its concurrent sends (send workers).
 final class BatchTally: Sendable {
     private let state = Mutex((counts: CampaignCounts(), parked: 0))
 

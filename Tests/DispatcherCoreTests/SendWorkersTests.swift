@@ -1,0 +1,136 @@
+@testable import DispatcherCore
+import Synchronization
+import Testing
+
+/// `SendWorkers` without I/O: sends are closures that wait on gates the test opens.
+@Suite(.timeLimit(.minutes(1))) struct SendWorkersTests {
+    /// A gate a send waits on until the test opens it.
+    final class Gate: Sendable {
+        private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+        func wait() async {
+            await withCheckedContinuation { continuation in
+                let now = state.withLock { state -> Bool in
+                    if state.open { return true }
+                    state.waiters.append(continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        }
+        func open() {
+            let waiters = state.withLock { state in
+                state.open = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    struct Failure: Error {}
+
+    final class Log: Sendable {
+        let ran = Mutex<[Int]>([])
+        let running = Atomic<Int>(0)
+        let started = Atomic<Int>(0)
+    }
+
+    /// Waits until `condition` holds (a deadline, not a sleep-then-assert).
+    func eventually(_ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !condition() {
+            try #require(ContinuousClock.now < deadline, "condition not met within 10 s")
+            try await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
+    @Test func concurrentSendsEachGetAWorkerAndEveryItemRunsOnce() async throws {
+        let log = Log()
+        let gate = Gate()
+        let workers = SendWorkers<Int>()
+        try await withThrowingDiscardingTaskGroup { group in
+            defer { workers.close() }
+            // 50 sends that all wait: each finds no idle worker, so 50 workers run them at once.
+            for item in 0..<50 where workers.submit(item) {
+                log.started.add(1, ordering: .relaxed)
+                group.addTask {
+                    try await workers.run { item in
+                        log.running.add(1, ordering: .relaxed)
+                        await gate.wait()
+                        log.ran.withLock { $0.append(item) }
+                    }
+                }
+            }
+            try await eventually { log.running.load(ordering: .relaxed) == 50 }
+            gate.open()
+        }
+        #expect(log.started.load(ordering: .relaxed) == 50)
+        #expect(log.ran.withLock { $0.sorted() } == Array(0..<50))
+    }
+
+    @Test func sendsOneAfterAnotherReuseOneWorker() async throws {
+        let log = Log()
+        let workers = SendWorkers<Int>()
+        try await withThrowingDiscardingTaskGroup { group in
+            defer { workers.close() }
+            for item in 0..<200 {
+                if workers.submit(item) {
+                    log.started.add(1, ordering: .relaxed)
+                    group.addTask { try await workers.run { item in log.ran.withLock { $0.append(item) } } }
+                }
+                // The send finished and its worker is idle again before the next is submitted.
+                try await eventually { log.ran.withLock { $0.count } == item + 1 }
+                try await eventually { workers.idleWorkers == 1 }
+            }
+        }
+        #expect(log.started.load(ordering: .relaxed) == 1)
+        #expect(log.ran.withLock { $0 } == Array(0..<200))
+    }
+
+    @Test func aFailingSendEndsItsWorkerAndTheSendsQueuedForOthersStillRun() async throws {
+        let log = Log()
+        let gate = Gate()
+        let workers = SendWorkers<Int>()
+        await #expect(throws: Failure.self) {
+            try await withThrowingDiscardingTaskGroup { group in
+                defer { workers.close() }
+                for item in 0..<3 where workers.submit(item) {
+                    group.addTask {
+                        try await workers.run { item in
+                            if item == 0 {
+                                await gate.wait()
+                                throw Failure()
+                            }
+                            log.ran.withLock { $0.append(item) }
+                        }
+                    }
+                }
+                try await eventually { log.ran.withLock { $0.count } == 2 }
+                gate.open()
+            }
+        }
+        // Items 1 and 2 ran in workers of their own; item 0's failure ended only its worker.
+        #expect(log.ran.withLock { $0.sorted() } == [1, 2])
+    }
+
+    @Test func closingEndsIdleWorkers() async throws {
+        let log = Log()
+        let ended = Log()
+        let workers = SendWorkers<Int>()
+        try await withThrowingDiscardingTaskGroup { group in
+            for item in 0..<3 where workers.submit(item) {
+                log.started.add(1, ordering: .relaxed)
+                group.addTask {
+                    defer { ended.started.add(1, ordering: .relaxed) }
+                    try await workers.run { item in log.ran.withLock { $0.append(item) } }
+                }
+            }
+            // Every send ran and every worker waits for another: only close() ends them.
+            try await eventually { log.ran.withLock { $0.count } == 3 && workers.idleWorkers == log.started.load(ordering: .relaxed) }
+            #expect(ended.started.load(ordering: .relaxed) == 0)
+            workers.close()
+        }
+        #expect(ended.started.load(ordering: .relaxed) == log.started.load(ordering: .relaxed))
+        #expect(workers.idleWorkers == 0)
+    }
+}
