@@ -112,9 +112,10 @@ extension DispatcherEngineSuites {
             let completed = try #require(world.feedback.completions("slow-campaign").first)
             #expect((completed.total, completed.delivered) == (70, 70))
             #expect(UserFanOutPagesTests.sends(of: tokens, in: world) == Dictionary(uniqueKeysWithValues: tokens.map { ($0, 1) }))
-            let row = try await world.pool.query(
-                "SELECT status FROM campaigns WHERE request_id = 'slow-campaign'").first
-            #expect(try row?.string("status") == "completed")
+            // The row is marked after the `RequestCompleted` was published (CampaignRunner).
+            try await eventually("the campaign's row completed") {
+                try await world.pool.query("SELECT status FROM campaigns WHERE request_id = 'slow-campaign'").first?.string("status") == "completed"
+            }
             try await engine.stop()
             await world.close()
         }

@@ -235,6 +235,10 @@ final class RunningEngine: Sendable {
         self.registry = registry
     }
 
+    /// A test that fails before `stop()` leaves no engine running: its parked-retry driver and campaign
+    /// runner would go on working on the suite's shared tables (re-driving a later test's parked rows).
+    deinit { task.cancel() }
+
     /// Records taken from Kafka and not finished, queued ones included (`push_records_in_flight`):
     /// queued records are dropped the moment the engine stops a partition (shutdown, revocation).
     var recordsInFlight: Int { Int(registry.value("push_records_in_flight") ?? -1) }

@@ -56,14 +56,21 @@ extension DispatcherEngineSuites {
             try await eventually("the campaign's tokens registered") {
                 try await world.pool.query("SELECT 1 FROM device_tokens WHERE device_token LIKE 'c%'").count == campaignTokens.count
             }
-            try await world.sendToAudience("campaign-1")
+            // A request answered first: with token authentication the connection allows one stream
+            // until a request succeeds (docs/apns-protocol.md), and the held answers must not be that one.
             try await world.send("done-1", to: [single])
+            try await eventually("the request before them completed") { world.feedback.completions("done-1").count == 1 }
+            try await world.sendToAudience("campaign-1")
+            // The campaign's first page is in flight before the requests come: once a request's
+            // notification waits for the budget, class priority admits no campaign notification.
+            try await eventually("the campaign's first page's answers held") {
+                Set(world.simulator.heldTokens()) == Set(campaignTokens.prefix(2))
+            }
             let middle = try await world.send("middle-1", to: held + waiting)
             try await world.send("queued-1", to: [queuedToken])
             try await eventually("the request's and the campaign's first page's answers held") {
                 Set(world.simulator.heldTokens()) == Set(held + campaignTokens.prefix(2))
             }
-            try await eventually("the request before them completed") { world.feedback.completions("done-1").count == 1 }
             try await eventually("the last record queued behind the running one") { first.recordsInFlight == 2 }
 
             first.shutdown.trigger()
