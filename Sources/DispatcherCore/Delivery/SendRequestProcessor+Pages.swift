@@ -52,7 +52,7 @@ extension SendRequestProcessor {
                     pageContext.recorded = found.recorded
                     pageContext.parked = found.parked
                 }
-                if try await startSends(page, pageContext, tally: tally, activity: activity, workers: workers, in: &group) {
+                if try await startSends(page, pageContext, tally: tally, activity: activity, workers: workers, in: &group).abandoned {
                     abandoned = true
                     break
                 }

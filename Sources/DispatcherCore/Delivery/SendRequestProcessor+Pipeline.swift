@@ -30,10 +30,19 @@ extension SendRequestProcessor {
                 activity.startingDone()
                 context.turn?.started.fire()
             }
-            guard let batch = unstarted.take() else { return }
+            guard unstarted != nil else { return }
             let workers = SendWorkers<AdmittedSend>()
             defer { workers.close() }
-            abandoned = try await startSends(batch, context, tally: tally, activity: activity, workers: workers, in: &group)
+            let started = try await startSends(
+                unstarted.take()!, context, tally: tally, activity: activity, workers: workers, keepingLast: true, in: &group)
+            abandoned = started.abandoned
+            guard let last = started.kept else { return }
+            // The batch's last send runs in this task (a single-token request makes no task for its
+            // send), once the batch counts as started: idle workers end, the next page may start.
+            workers.close()
+            activity.startingDone()
+            context.turn?.started.fire()
+            try await runSend(last, tally: tally, activity: activity)
         }
         return BatchResult(counts: tally.counts, parked: tally.parked, abandoned: abandoned)
     }
@@ -42,25 +51,30 @@ extension SendRequestProcessor {
     /// earlier delivery left (parked, or recorded: republished), admits it, and hands its send, settle,
     /// record and publish to `workers` (`runSend`), starting a worker in `group` when none is idle.
     /// Returns once every target started (or `context.shouldStop()` answered true); the sends go on in
-    /// `group`. The caller closes `workers` once its last batch started.
+    /// `group`. With `keepingLast`, the batch's last target, once admitted, is returned instead of
+    /// handed to a worker, for the caller to run in its own task (`deliver`: the last target only,
+    /// since a kept send holds its permit, and one the loop waited behind could wait for itself). The
+    /// caller closes `workers` once its last batch started.
     ///
     /// A send keeps the request's context without the batch's earlier outcomes (`recorded`, `parked`:
     /// only this loop reads them), so a notification Apple is slow to answer holds its own target and
     /// nothing of its batch.
-    /// - Returns: whether it stopped before every target started (the batch is abandoned).
+    /// - Returns: whether it stopped before every target started (the batch is abandoned), and the
+    ///   kept last send (`keepingLast`; nil when the last target was skipped, or none was started).
     /// - Throws: what admission throws (`CancellationError`).
     func startSends(
-        _ batch: DeliveryBatch, _ context: DeliveryContext, tally: BatchTally, activity: RecordActivity, workers: SendWorkers<AdmittedSend>,
-        in group: inout ThrowingDiscardingTaskGroup<any Error>
-    ) async throws -> Bool {
+        _ batch: consuming DeliveryBatch, _ context: DeliveryContext, tally: BatchTally, activity: RecordActivity,
+        workers: SendWorkers<AdmittedSend>, keepingLast: Bool = false, in group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> (abandoned: Bool, kept: AdmittedSend?) {
         var sending = context
         sending.recorded = [:]
         sending.parked = []
         let shared = SendingContext(sending)
-        for target in batch.targets {
+        let last = batch.targets.count - 1
+        for (index, target) in batch.targets.enumerated() {
             // Stopping (shutdown, revocation, a lost lease): no new notification starts; those in
             // flight finish and are recorded; the batch stays unfinished and is read again.
-            if context.shouldStop() { return true }
+            if context.shouldStop() { return (true, nil) }
             if context.parked.contains(target.token) {
                 // Parked by an earlier delivery of this request: the parked path finishes it.
                 tally.countParked()
@@ -77,16 +91,18 @@ extension SendRequestProcessor {
             }
             if context.shouldStop() {
                 permit.release()
-                return true
+                return (true, nil)
             }
             activity.notificationStarted()
-            if workers.submit(AdmittedSend(target: admitted, permit: permit, context: shared)) {
+            let send = AdmittedSend(target: admitted, permit: permit, context: shared)
+            if keepingLast, index == last { return (false, send) }
+            if workers.submit(send) {
                 group.addTask {
                     try await workers.run { item in try await self.runSend(item, tally: tally, activity: activity) }
                 }
             }
         }
-        return false
+        return (false, nil)
     }
 
     /// Stages 3 and 4 for one admitted target, in a send worker (`SendWorkers`): its send, settle,
