@@ -20,6 +20,23 @@ extension DispatcherEngineSuites {
 
         static let cancelContentType = "application/x-protobuf; message=push.v1.CancelRequest"
 
+        /// An in-flight budget of one permit still sends every notification of a batch: the loop that admits a batch hands every send but the batch's last to
+        /// a send worker before it waits for the next permit, and runs only the last one itself
+        /// (docs/dispatcher-engine.md "Send workers"). Kept back any earlier, a send would hold the one
+        /// permit the loop waits for.
+        @Test func aBudgetOfOnePermitSendsEveryNotificationOfABatch() async throws {
+            let world = try await EngineWorld()
+            let tokens = (0..<5).map { EngineWorld.token("b1", $0) }
+            let engine = try world.startEngine { $0.maxInFlightNotifications = 1 }
+            try await world.send("one-permit", to: tokens)
+            try await eventually("the request completed") { world.feedback.completions("one-permit").count == 1 }
+            let completed = try #require(world.feedback.completions("one-permit").first)
+            #expect((completed.total, completed.delivered) == (5, 5))
+            #expect(tokens.allSatisfy { token in world.simulator.receivedRequests().filter { $0.path == "/3/device/\(token)" }.count == 1 })
+            try await engine.stop()
+            await world.close()
+        }
+
         /// A cancel that arrives while the request's notifications are parked: each re-drive is
         /// settled SKIPPED (OUTCOME_REASON_CANCELLED) without reaching Apple, and the request completes
         /// CANCELLED. (Before the re-drive consulted the cancel set, both were sent and delivered.)

@@ -1,32 +1,10 @@
 @testable import DispatcherCore
+import ServiceCore
 import Synchronization
 import Testing
 
-/// `SendWorkers` without I/O: sends are closures that wait on gates the test opens.
+/// `SendWorkers` without I/O: sends are closures that wait on a `OneShot` the test fires.
 @Suite(.timeLimit(.minutes(1))) struct SendWorkersTests {
-    /// A gate a send waits on until the test opens it.
-    final class Gate: Sendable {
-        private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-        func wait() async {
-            await withCheckedContinuation { continuation in
-                let now = state.withLock { state -> Bool in
-                    if state.open { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        }
-        func open() {
-            let waiters = state.withLock { state in
-                state.open = true
-                defer { state.waiters = [] }
-                return state.waiters
-            }
-            for waiter in waiters { waiter.resume() }
-        }
-    }
-
     struct Failure: Error {}
 
     final class Log: Sendable {
@@ -46,7 +24,7 @@ import Testing
 
     @Test func concurrentSendsEachGetAWorkerAndEveryItemRunsOnce() async throws {
         let log = Log()
-        let gate = Gate()
+        let gate = OneShot()
         let workers = SendWorkers<Int>()
         try await withThrowingDiscardingTaskGroup { group in
             defer { workers.close() }
@@ -62,7 +40,7 @@ import Testing
                 }
             }
             try await eventually { log.running.load(ordering: .relaxed) == 50 }
-            gate.open()
+            gate.fire()
         }
         #expect(log.started.load(ordering: .relaxed) == 50)
         #expect(log.ran.withLock { $0.sorted() } == Array(0..<50))
@@ -89,7 +67,7 @@ import Testing
 
     @Test func aFailingSendEndsItsWorkerAndTheSendsQueuedForOthersStillRun() async throws {
         let log = Log()
-        let gate = Gate()
+        let gate = OneShot()
         let workers = SendWorkers<Int>()
         await #expect(throws: Failure.self) {
             try await withThrowingDiscardingTaskGroup { group in
@@ -106,7 +84,7 @@ import Testing
                     }
                 }
                 try await eventually { log.ran.withLock { $0.count } == 2 }
-                gate.open()
+                gate.fire()
             }
         }
         // Items 1 and 2 ran in workers of their own; item 0's failure ended only its worker.
