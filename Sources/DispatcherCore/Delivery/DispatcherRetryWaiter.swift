@@ -214,7 +214,7 @@ final class RecordActivity: Sendable {
 
     init(_ context: RetryContext) { self.context = context }
 
-    /// A notification was handed to a send worker (admitted).
+    /// A notification was admitted (its send handed to a send worker, or kept for the batch's own task).
     func notificationStarted() { update { $0.inFlight += 1 } }
     /// A notification's send ended (settled, parked or cancelled).
     func notificationEnded() { update { $0.inFlight -= 1 } }

@@ -52,9 +52,9 @@ extension SendRequestProcessor {
     /// record and publish to `workers` (`runSend`), starting a worker in `group` when none is idle.
     /// Returns once every target started (or `context.shouldStop()` answered true); the sends go on in
     /// `group`. With `keepingLast`, the batch's last target, once admitted, is returned instead of
-    /// handed to a worker, for the caller to run in its own task (`deliver`: the last target only,
-    /// since a kept send holds its permit, and one the loop waited behind could wait for itself). The
-    /// caller closes `workers` once its last batch started.
+    /// handed to a worker, for the caller to run in its own task (`deliver`). Only the last: a kept
+    /// send holds its permit, and a loop that went on admitting after keeping one could wait for that
+    /// very permit. The caller closes `workers` once its last batch started.
     ///
     /// A send keeps the request's context without the batch's earlier outcomes (`recorded`, `parked`:
     /// only this loop reads them), so a notification Apple is slow to answer holds its own target and
@@ -105,8 +105,9 @@ extension SendRequestProcessor {
         return (false, nil)
     }
 
-    /// Stages 3 and 4 for one admitted target, in a send worker (`SendWorkers`): its send, settle,
-    /// record and publish; its permit released and its activity ended however it ends.
+    /// Stages 3 and 4 for one admitted target, in a send worker (`SendWorkers`), or for a batch's last
+    /// target in the task that read the batch (`deliver`): its send, settle, record and publish; its
+    /// permit released and its activity ended however it ends.
     /// - Throws: what `send(_:_:permit:activity:)` throws.
     func runSend(_ item: AdmittedSend, tally: BatchTally, activity: RecordActivity) async throws {
         let permit = item.permit
