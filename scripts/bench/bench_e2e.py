@@ -29,23 +29,34 @@ GOAL_LATENCY_MS = 50     # (c) p99 <= echo floor p99 + 50 ms
 GOAL_APPLY = 0.5         # (d) events/s >= 0.5 x direct PostgreSQL
 GOAL_RSS_MB = 300        # (e) dispatcher peak RSS < 300 MB (10^6 bytes)
 GOAL_REPLICAS = 0.9      # (h) two replicas finish (a) at >= 0.9 x one replica's rate
-# (c) is judged only against a floor that is one: the development broker answers fetches more slowly as
+# (c) is judged only in runs whose floor is one: the development broker answers fetches more slowly as
 # its partitions fill (it keeps up to 5 MB of record batches per partition and looks a fetch's offset up
-# from the oldest), and after a few hundred thousand records its echo p50 passed 150 ms (25-33 ms on a
-# fresh stack), which made any p99 under the floor's seconds-long p99 a PASS.
+# from the oldest). After a few hundred thousand records its echo p50 passed 150 ms and its p99 reached
+# seconds (25-33 ms and 36-187 ms on a fresh stack). Against such a floor any request p99 was a PASS, and
+# comparing the medians over all runs let one slowed run's floor excuse the sound runs' misses.
 ECHO_MAX_P50_MS = 100
+ECHO_MAX_P99_MS = 250
 
 
-def latency_verdict(p99: float, echo50: float, echo99: float, echo_max_p50: float) -> tuple[str, str]:
-    """(c)'s verdict: PASS when p99 <= the echo floor's p99 + GOAL_LATENCY_MS, MISS when not, and
-    INVALID (no verdict) when the floor's own p50 is above echo_max_p50 ms: a floor that slow measures
-    the broker, not the dispatcher."""
-    if echo50 > echo_max_p50:
-        return "INVALID", (f"the Kafka echo floor's p50 is {echo50:,.0f} ms, above BENCH_ECHO_MAX_P50_MS ({echo_max_p50:,.0f} ms): "
-                           "the development broker has slowed as its partitions filled; restart the stack (scripts/down, "
-                           "scripts/up --no-demo) and measure again")
+def latency_verdict(runs: list[dict], echo_max_p50: float, echo_max_p99: float) -> tuple[str, str]:
+    """(c)'s verdict over the runs of one benchmark, each a dict with the request "p99" and the echo
+    floor's "echo50" and "echo99" (ms) measured in that run. A run whose floor has a p50 above
+    echo_max_p50 or a p99 above echo_max_p99 is not judged: it measured the broker, not the dispatcher.
+    Over the judged runs, PASS when the median request p99 <= the median floor p99 + GOAL_LATENCY_MS,
+    MISS when not; INVALID (no verdict) when no run is judged."""
+    sound = [r for r in runs if r["echo50"] <= echo_max_p50 and r["echo99"] <= echo_max_p99]
+    skipped = len(runs) - len(sound)
+    if not sound:
+        return "INVALID", (f"no run had a sound Kafka echo floor (p50 <= BENCH_ECHO_MAX_P50_MS {echo_max_p50:,.0f} ms and "
+                           f"p99 <= BENCH_ECHO_MAX_P99_MS {echo_max_p99:,.0f} ms; floors p50/p99: "
+                           + ", ".join(f"{r['echo50']:,.0f}/{r['echo99']:,.0f} ms" for r in runs)
+                           + "): the development broker has slowed as its partitions filled; restart the stack "
+                             "(scripts/down, scripts/up --no-demo) and measure again")
+    p99 = B.median([r["p99"] for r in sound])
+    echo99 = B.median([r["echo99"] for r in sound])
     status = "PASS" if p99 <= echo99 + GOAL_LATENCY_MS else "MISS"
-    return status, f"p99 {p99:,.0f} ms vs echo p99 {echo99:,.0f} ms + {GOAL_LATENCY_MS} ms"
+    judged = f"{len(sound)} of {len(runs)} runs judged" + (f", {skipped} with a slowed echo floor left out" if skipped else "")
+    return status, f"p99 {p99:,.0f} ms vs echo p99 {echo99:,.0f} ms + {GOAL_LATENCY_MS} ms ({judged})"
 
 
 class Bench:
@@ -470,8 +481,10 @@ COMMIT;
             p50, p99 = B.median([r["p50"] for r in rows]), B.median([r["p99"] for r in rows])
             e50, e99 = B.median([r["echo50"] for r in rows]), B.median([r["echo99"] for r in rows])
             out(f"(c) paced {self.rate:,}/s × {self.secs} s: p50 {p50:,.0f} ms p99 {p99:,.0f} ms beside the Kafka echo floor "
-                f"p50 {e50:,.0f} ms p99 {e99:,.0f} ms (goal p99 ≤ {e99 + GOAL_LATENCY_MS:,.0f} ms) | loadavg {loads(rows)}")
-            verdicts.append(("c", *latency_verdict(p99, e50, e99, B.env_int("BENCH_ECHO_MAX_P50_MS", ECHO_MAX_P50_MS))))
+                f"p50 {e50:,.0f} ms p99 {e99:,.0f} ms (medians of all runs; the goal is judged on the runs with a sound floor) "
+                f"| loadavg {loads(rows)}")
+            verdicts.append(("c", *latency_verdict(rows, B.env_int("BENCH_ECHO_MAX_P50_MS", ECHO_MAX_P50_MS),
+                                                   B.env_int("BENCH_ECHO_MAX_P99_MS", ECHO_MAX_P99_MS))))
         ratio_line("d", f"{self.events:,} token events", "applied/s", "direct PostgreSQL (1 client)", GOAL_APPLY)
         ratio_line("h", f"{self.single:,} single-token requests, two replicas", "requests/s", "one replica's (a)", GOAL_REPLICAS)
         if "e" in self.only:
