@@ -27,6 +27,28 @@ import Testing
         #expect(DispatcherMetrics.labels(of: report) == ["rejected", "invalid_request"])
     }
 
+    /// `push_request_stage_seconds{stage}`: seconds from `requested_at_ms`, in the stage's series; a
+    /// wall clock behind the request's `created_at_ms` (another host's clock) counts as 0 s, never as
+    /// a negative time.
+    @Test func requestStagesAreTimedFromTheRequest() {
+        let registry = MetricsRegistry()
+        let metrics = DispatcherMetrics(registry: registry)
+        metrics.observe(.consumed, requestedAtMs: 1_000, nowMs: 1_020)
+        metrics.observe(.resolved, requestedAtMs: 1_000, nowMs: 1_060)
+        metrics.observe(.sent, requestedAtMs: 1_000, nowMs: 2_500)
+        metrics.observe(.sent, requestedAtMs: 5_000, nowMs: 4_000)
+        let text = registry.render()
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="consumed",le="0.01"} 0"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="consumed",le="0.025"} 1"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="resolved",le="0.05"} 0"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="resolved",le="0.1"} 1"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="sent",le="0.005"} 1"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="sent",le="1"} 1"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_bucket{stage="sent",le="2"} 2"#), "\(text)")
+        #expect(text.contains(#"push_request_stage_seconds_sum{stage="sent"} 1.5"#), "\(text)")
+        #expect(Set(RequestStage.allCases.map(\.rawValue)) == ["consumed", "resolved", "sent"])
+    }
+
     @Test func countsGoToTheRegistry() {
         let registry = MetricsRegistry()
         let metrics = DispatcherMetrics(registry: registry)

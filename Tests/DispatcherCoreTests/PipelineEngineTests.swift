@@ -84,6 +84,35 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
+        /// Each stage of an immediate request is observed in `push_request_stage_seconds{stage}`, timed
+        /// from the request's `created_at_ms`: with Apple answering after 1.2 s, the request's `sent`
+        /// observation is above 1 s while its `consumed` and `resolved` ones are counted too.
+        @Test func everyStageOfARequestIsObservedFromItsCreation() async throws {
+            let world = try await EngineWorld()
+            var faults = APNsSimulatorFaults()
+            faults.latency = .init(minimum: .milliseconds(1_200), maximum: .milliseconds(1_200))
+            world.simulator.setFaults(faults)
+            let registry = MetricsRegistry.shared
+            func count(_ stage: RequestStage) -> Double { registry.value("push_request_stage_seconds", labels: [stage.rawValue]) ?? 0 }
+            /// Observations of `stage` above 1 s: its count less its `le="1"` bucket.
+            func slow(_ stage: RequestStage) -> Double {
+                let prefix = #"push_request_stage_seconds_bucket{stage="\#(stage.rawValue)",le="1"} "#
+                let line = registry.render().split(separator: "\n").first { $0.hasPrefix(prefix) }
+                return count(stage) - (line.flatMap { Double($0.dropFirst(prefix.count)) } ?? 0)
+            }
+            let before = RequestStage.allCases.map(count)
+            let slowSentBefore = slow(.sent)
+            let engine = try world.startEngine()
+            try await world.send("staged-request", to: [EngineWorld.token("5b")])
+            try await eventually("the request completed") { world.feedback.completions("staged-request").count == 1 }
+            for (stage, earlier) in zip(RequestStage.allCases, before) {
+                #expect(count(stage) >= earlier + 1, "stage \(stage.rawValue)")
+            }
+            #expect(slow(.sent) >= slowSentBefore + 1, "the 1.2 s answer is in the sent stage")
+            try await engine.stop()
+            await world.close()
+        }
+
         /// A campaign's notifications reach `push_notifications_total` like a request's (the record
         /// stage counts every outcome this owner reached, whatever the source), and each completed
         /// request is observed once in `push_request_duration_seconds` under its lane. Apple refuses

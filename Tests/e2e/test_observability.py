@@ -131,6 +131,8 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     delivered_before = prometheus.value('push_notifications_total{outcome="delivered"}')
     registrations_before = prometheus.value('push_registrations_total{operation="register",outcome="ok"}')
     writes_before = prometheus.value("push_send_log_writes_total")
+    stages = ("consumed", "resolved", "sent")
+    stages_before = {stage: prometheus.value(f'push_request_stage_seconds_count{{stage="{stage}"}}') for stage in stages}
     user = f"user-{uuid.uuid4()}"
     tokens = [stack.random_token() for _ in range(3)]
     for i, token in enumerate(tokens):
@@ -153,6 +155,10 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
              what="Prometheus to see 3 more registrations")
     wait_for(lambda: prometheus.value("push_send_log_writes_total") >= writes_before + 3, what="send_log writes")
     wait_for(lambda: prometheus.value("push_token_events_applied_total") >= 3, what="token events applied")
+    # Where a request's time goes: each stage of the request observed once more (docs/observability.md).
+    for stage in stages:
+        wait_for(lambda: prometheus.value(f'push_request_stage_seconds_count{{stage="{stage}"}}') >= stages_before[stage] + 1,
+                 what=f"the request's {stage} stage observed")
     # Consumer lag per partition comes from librdkafka's statistics, scraped like everything else.
     wait_for(lambda: prometheus.query('push_kafka_consumer_lag{topic="push.send-requests.v1"}'), what="consumer lag series")
     for job in stack.ADMIN_URLS:

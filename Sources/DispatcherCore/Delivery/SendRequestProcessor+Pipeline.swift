@@ -30,11 +30,11 @@ extension SendRequestProcessor {
                 activity.startingDone()
                 context.turn?.started.fire()
             }
-            guard unstarted != nil else { return }
+            guard let batch = unstarted.take() else { return }
             let workers = SendWorkers<AdmittedSend>()
             defer { workers.close() }
             let started = try await startSends(
-                unstarted.take()!, context, tally: tally, activity: activity, workers: workers, keepingLast: true, in: &group)
+                batch, context, tally: tally, activity: activity, workers: workers, keepingLast: true, in: &group)
             abandoned = started.abandoned
             guard let last = started.kept else { return }
             // The batch's last send runs in this task (a single-token request makes no task for its

@@ -177,6 +177,8 @@ public final class SendRequestProcessor: Sendable {
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
         let template = try checked ?? NotificationTemplate(notification, requestID: request.requestID)
+        let requestedAtMs = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
+        metrics.observe(.consumed, requestedAtMs: requestedAtMs, nowMs: consumedAtMs)
         // The look-ups are batched with those of other requests running at the same time; the
         // progress read also says whether the request finished before (request_completions).
         async let progressLookup = progressLoader.submit(
@@ -184,6 +186,7 @@ public final class SendRequestProcessor: Sendable {
         let environment = notification.environment.apnsEnvironment
         let (batch, more) = try await resolveFirst(target, template: template, environment: environment)
         let progress = try await progressLookup
+        metrics.observe(.resolved, requestedAtMs: requestedAtMs, nowMs: clock.nowMilliseconds())
         if progress.completed {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report
             // and the RequestCompleted were acknowledged then; nothing is sent or published again.
@@ -193,7 +196,7 @@ public final class SendRequestProcessor: Sendable {
         }
         let cancel = CancelCheckPolicy(cancellations: cancellations)
         let context = DeliveryContext(
-            request: request, template: template, requestedAt: request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs,
+            request: request, template: template, requestedAt: requestedAtMs,
             lane: .transactional, retryContext: retryContext,
             admission: AdmissionChain([
                 ClassPriorityPolicy(gate: classPriority, workClass: more != nil || batch.count > userPageSize ? .bulk : .transactional),
@@ -203,6 +206,7 @@ public final class SendRequestProcessor: Sendable {
             recorded: progress.recorded, parked: progress.parked, shouldStop: shouldStop)
         let result = try await deliverPages(
             first: batch, more: more, progress: progress, context: context, environment: environment)
+        if !result.abandoned { metrics.observe(.sent, requestedAtMs: requestedAtMs, nowMs: clock.nowMilliseconds()) }
         if result.abandoned {
             try await context.acks.waitForAll()
             // Every outcome recorded so far had its report acknowledged: the next owner need not

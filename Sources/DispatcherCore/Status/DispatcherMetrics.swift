@@ -33,6 +33,10 @@ struct DispatcherMetrics: Sendable {
     /// seconds; `lane` is `transactional` (immediate requests, with their parked notifications) or
     /// `campaign` (campaigns and scheduled requests).
     let requestDuration: Histogram
+    /// `push_request_stage_seconds{stage}`: from an immediate request's `requested_at_ms` to the end
+    /// of each stage of its handling in this process, in seconds (`RequestStage`); the end of the
+    /// last stage, its `RequestCompleted` acknowledged, is `push_request_duration_seconds`.
+    let requestStage: Histogram
 
     init(registry: MetricsRegistry) {
         notifications = registry.counter(
@@ -52,6 +56,16 @@ struct DispatcherMetrics: Sendable {
             "push_request_duration_seconds",
             help: "Time from a request's requested_at_ms to the acknowledgement of its RequestCompleted, by lane (transactional, campaign).",
             labelNames: ["lane"], buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600])
+        requestStage = registry.histogram(
+            "push_request_stage_seconds",
+            help: "Time from an immediate request's requested_at_ms to the end of each stage of its handling (consumed, resolved, sent).",
+            labelNames: ["stage"], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300])
+    }
+
+    /// Observes the end of `stage` of an immediate request whose `requested_at_ms` is `requestedAtMs`,
+    /// at `nowMs` (both milliseconds since the Unix epoch); a clock behind the request counts as 0 s.
+    func observe(_ stage: RequestStage, requestedAtMs: Int64, nowMs: Int64) {
+        requestStage.observe(Double(max(0, nowMs - requestedAtMs)) / 1000, labels: [stage.rawValue])
     }
 
     /// Counts one final outcome.
@@ -90,4 +104,19 @@ struct DispatcherMetrics: Sendable {
         guard let protoName else { return nil }
         return (protoName.hasPrefix(prefix) ? String(protoName.dropFirst(prefix.count)) : protoName).lowercased()
     }
+}
+
+/// The stages of an immediate request's handling that `push_request_stage_seconds` times from the
+/// request's `requested_at_ms` (docs/observability.md "Where a request's time goes"). Each is the
+/// time since the request was made, so a stage's own share is the difference to the one before.
+enum RequestStage: String, Sendable, CaseIterable {
+    /// Its record decoded by the engine's worker: Kafka's transit, the consumer's prefetch and the
+    /// engine's queues (0 s for a request without `created_at_ms`, which is timed from here).
+    case consumed
+    /// Its request id checked against earlier uses (`request_fingerprints`), its first batch of
+    /// targets resolved (the token look-up) and its earlier progress read.
+    case resolved
+    /// Every notification of it answered by Apple (or parked) and recorded in `send_log`, its
+    /// reports handed to the Kafka producer (their acknowledgements not awaited yet).
+    case sent
 }
