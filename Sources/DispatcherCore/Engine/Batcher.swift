@@ -18,12 +18,15 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
     public struct Settings: Sendable {
         /// Most items in one call of `execute` (at least 1).
         public var maxBatch: Int
-        /// Calls of `execute` running at once (at least 1).
+        /// Calls of `execute` running at once (at least 1). Default 1: while a statement runs, the
+        /// next batch gathers. At a moderate rate, more slots sent each look-up alone, and those
+        /// small statements and their wake-ups cost enough CPU to raise the latency they were to
+        /// save (docs/dispatcher-engine.md "Batched I/O").
         public var maxConcurrentBatches: Int
         /// The longest an item waits for its batch to fill while a slot is free; zero: never.
         public var maxWait: Duration
 
-        public init(maxBatch: Int = 500, maxConcurrentBatches: Int = 4, maxWait: Duration = .zero) {
+        public init(maxBatch: Int = 500, maxConcurrentBatches: Int = 1, maxWait: Duration = .zero) {
             self.maxBatch = maxBatch
             self.maxConcurrentBatches = maxConcurrentBatches
             self.maxWait = maxWait
