@@ -206,7 +206,6 @@ public final class SendRequestProcessor: Sendable {
             recorded: progress.recorded, parked: progress.parked, shouldStop: shouldStop)
         let result = try await deliverPages(
             first: batch, more: more, progress: progress, context: context, environment: environment)
-        if !result.abandoned { metrics.observe(.sent, requestedAtMs: requestedAtMs, nowMs: clock.nowMilliseconds()) }
         if result.abandoned {
             try await context.acks.waitForAll()
             // Every outcome recorded so far had its report acknowledged: the next owner need not
@@ -214,6 +213,7 @@ public final class SendRequestProcessor: Sendable {
             try? await store.markAcknowledged(requestID: request.requestID)
             return .abandoned
         }
+        metrics.observe(.sent, requestedAtMs: requestedAtMs, nowMs: clock.nowMilliseconds())
         if result.parked > 0 {
             // Some notifications wait in pending_retries: the RequestCompleted comes once the last
             // of them is recorded (docs/dispatcher-engine.md "When a request with parked
