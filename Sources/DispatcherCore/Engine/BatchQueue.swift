@@ -50,11 +50,17 @@ struct BatchQueue<Item> {
         guard running < maxConcurrentBatches else { return .idle }
         let due = arrivals[0] + maxWait
         guard waiting.count >= maxBatch || stopping || maxWait == .zero || now >= due else { return .sleep(until: due) }
-        let count = min(maxBatch, waiting.count)
-        let batch = Array(waiting.prefix(count))
-        waiting.removeFirst(count)
-        arrivals.removeFirst(count)
         running += 1
+        guard waiting.count > maxBatch else {
+            // Everything waiting goes: hand the array over instead of copying it (a copy taken first
+            // would leave `waiting` shared, and emptying it would then copy it once more).
+            arrivals.removeAll(keepingCapacity: true)
+            defer { waiting = [] }
+            return .execute(waiting)
+        }
+        let batch = Array(waiting[..<maxBatch])
+        waiting.removeSubrange(..<maxBatch)
+        arrivals.removeSubrange(..<maxBatch)
         return .execute(batch)
     }
 
