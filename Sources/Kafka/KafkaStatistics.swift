@@ -2,7 +2,7 @@ import ProtobufCodec
 
 /// The parts of librdkafka's statistics (the JSON document its `stats_cb` receives every
 /// `statistics.interval.ms`; fields described in librdkafka's STATISTICS.md) that the services use:
-/// how many brokers are connected, and each consumed partition's lag.
+/// how many brokers are connected, each broker's round-trip time, and each consumed partition's lag.
 public struct KafkaStatistics: Sendable, Equatable {
     /// Broker connections with a `nodeid` ≥ 0 (brokers learned from metadata, and a consumer's
     /// logical group-coordinator connection) whose `state` is `UP`.
@@ -12,12 +12,22 @@ public struct KafkaStatistics: Sendable, Equatable {
     /// Per partition: `consumer_lag`, the high watermark (or last stable offset) less the consumer's
     /// committed offset, in records. Partitions librdkafka reports as unknown (-1) are left out.
     public var consumerLag: [KafkaTopicPartition: Int64]
+    /// Per broker (its `nodeid`, ≥ 0) that answered requests in the last statistics window: the 99th
+    /// percentile of the time from a request's send to its answer (`rtt.p99`), in microseconds. For a
+    /// producer these are its produce requests: an idempotent producer keeps at most 5 of them in
+    /// flight per partition, so a round trip above 5 × `linger.ms` holds batches back
+    /// (docs/capacity.md "Produce round trips"). Brokers without an answer in the window are left out.
+    public var roundTripP99Microseconds: [Int32: Int64]
 
     /// - Parameters: see the properties.
-    public init(brokersUp: Int = 0, brokersKnown: Int = 0, consumerLag: [KafkaTopicPartition: Int64] = [:]) {
+    public init(
+        brokersUp: Int = 0, brokersKnown: Int = 0, consumerLag: [KafkaTopicPartition: Int64] = [:],
+        roundTripP99Microseconds: [Int32: Int64] = [:]
+    ) {
         self.brokersUp = brokersUp
         self.brokersKnown = brokersKnown
         self.consumerLag = consumerLag
+        self.roundTripP99Microseconds = roundTripP99Microseconds
     }
 
     /// Parses a statistics document.
@@ -27,11 +37,16 @@ public struct KafkaStatistics: Sendable, Equatable {
         guard case .object(let root)? = try? JSONValue(parsing: Array(json)) else { return nil }
         var up = 0
         var known = 0
+        var roundTrips: [Int32: Int64] = [:]
         if case .object(let brokers)? = root["brokers"] {
             for member in brokers.members {
                 guard case .object(let broker) = member.value, let node = broker["nodeid"]?.integerValue, node >= 0 else { continue }
                 known += 1
                 if broker["state"] == .string("UP") { up += 1 }
+                if case .object(let rtt)? = broker["rtt"], let answered = rtt["cnt"]?.integerValue, answered > 0,
+                   let p99 = rtt["p99"]?.integerValue, let id = Int32(exactly: node) {
+                    roundTrips[id] = p99
+                }
             }
         }
         var lag: [KafkaTopicPartition: Int64] = [:]
@@ -46,6 +61,6 @@ public struct KafkaStatistics: Sendable, Equatable {
                 }
             }
         }
-        self.init(brokersUp: up, brokersKnown: known, consumerLag: lag)
+        self.init(brokersUp: up, brokersKnown: known, consumerLag: lag, roundTripP99Microseconds: roundTrips)
     }
 }

@@ -7,13 +7,13 @@ import Testing
 /// What Kafka clients report for /healthz, /readyz and metrics: statistics from librdkafka's
 /// `stats_cb` (against the real built-in broker), the poll thread's heartbeat and its test hook.
 @Suite(.serialized) struct KafkaHealthTests {
-    @Test func parsesBrokerStatesAndConsumerLagFromAStatisticsDocument() throws {
+    @Test func parsesBrokerStatesRoundTripsAndConsumerLagFromAStatisticsDocument() throws {
         // Shape of librdkafka's statistics (STATISTICS.md), trimmed to the fields read.
         let json = """
             {"name":"c#consumer-1","type":"consumer","brokers":{
               "127.0.0.1:9092/bootstrap":{"nodeid":-1,"state":"UP"},
-              "127.0.0.1:9092/1":{"nodeid":1,"state":"UP"},
-              "127.0.0.1:9093/2":{"nodeid":2,"state":"DOWN"},
+              "127.0.0.1:9092/1":{"nodeid":1,"state":"UP","rtt":{"min":80,"max":61000,"avg":900,"cnt":412,"p50":700,"p99":31000}},
+              "127.0.0.1:9093/2":{"nodeid":2,"state":"DOWN","rtt":{"min":0,"max":0,"avg":0,"cnt":0,"p50":0,"p99":0}},
               ":0/internal":{"nodeid":-1,"state":"INIT"}},
              "topics":{"push.send-requests.v1":{"topic":"push.send-requests.v1","partitions":{
                "0":{"partition":0,"consumer_lag":42},
@@ -24,6 +24,8 @@ import Testing
         #expect(statistics.brokersKnown == 2)
         #expect(statistics.brokersUp == 1)
         #expect(statistics.consumerLag == [KafkaTopicPartition(topic: "push.send-requests.v1", partition: KafkaPartition(rawValue: 0)): 42])
+        // A broker that answered nothing in the window has no round trip to report.
+        #expect(statistics.roundTripP99Microseconds == [1: 31_000])
         #expect(KafkaStatistics(json: Array("not json".utf8)) == nil)
     }
 
@@ -89,6 +91,28 @@ import Testing
         }
         try cluster.setBrokerUp(1)
         try await TestSupport.eventually("ready again") { policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing }
+        await producer.shutdown()
+    }
+
+    @Test func producerStatisticsReportTheBrokersRoundTrip() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("rtt")
+        try cluster.createTopic(topic, partitions: 1)
+        var configuration = TestSupport.producerConfig(cluster)
+        configuration.statisticsInterval = .milliseconds(200)
+        let producer = try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
+        _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+        try await TestSupport.eventually("a fast round trip while the broker answers at once") {
+            (producer.health.statistics?.roundTripP99Microseconds[1] ?? .max) < 50_000
+        }
+        try cluster.setBrokerRoundTripTime(1, milliseconds: 120)
+        // Sends keep requests going through the statistics windows (a window without an answer
+        // reports nothing for the broker).
+        try await TestSupport.eventually("the injected 120 ms in the 99th percentile") {
+            _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+            return (producer.health.statistics?.roundTripP99Microseconds[1] ?? 0) >= 100_000
+        }
+        try cluster.setBrokerRoundTripTime(1, milliseconds: 0)
         await producer.shutdown()
     }
 }

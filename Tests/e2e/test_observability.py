@@ -161,6 +161,9 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
                  what=f"the request's {stage} stage observed")
     # Consumer lag per partition comes from librdkafka's statistics, scraped like everything else.
     wait_for(lambda: prometheus.query('push_kafka_consumer_lag{topic="push.send-requests.v1"}'), what="consumer lag series")
+    # So does the feedback producer's round trip per broker: it has just published this request's reports.
+    wait_for(lambda: [s for s in prometheus.query("push_kafka_produce_rtt_seconds") if 0 < float(s["value"][1]) < 60],
+             what="a produce round-trip series between 0 and 60 s")
     for job in stack.ADMIN_URLS:
         assert prometheus.value(f'process_resident_memory_bytes{{job="{job}"}}') > 1_000_000
 

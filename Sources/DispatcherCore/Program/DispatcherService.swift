@@ -90,6 +90,8 @@ public struct DispatcherService: Service {
             throw error
         }
         readiness.setProducer { producer.health.readinessInput }
+        settings.monitor.setProducerHealth { producer.health }
+        defer { settings.monitor.setProducerHealth(nil) }
         // Every send names its credentials (the registry's choice); the client has no default.
         let client = APNsClient(configuration: settings.apns, credentials: [:], logger: logger.with(["component": "apns"]))
         settings.monitor.setKeyFallbacks { client.keysInFallback() }

@@ -28,6 +28,7 @@ public final class DispatcherMonitor: Sendable {
     /// What `/readyz` decides from.
     public let readiness = ReadinessState()
     private let consumer = Mutex<KafkaConsumer?>(nil)
+    private let producerHealth = Mutex<(@Sendable () -> KafkaClientHealth)?>(nil)
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
     private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
     private let channelLookup = Mutex<ChannelStatusEndpoint.Lookup?>(nil)
@@ -54,6 +55,14 @@ public final class DispatcherMonitor: Sendable {
         ) { [weak self] in
             let lag = self?.consumer.withLock { $0 }?.health.statistics?.consumerLag ?? [:]
             return lag.sorted { $0.key < $1.key }.map { MetricSample(labels: [$0.key.topic, "\($0.key.partition.rawValue)"], value: Double($0.value)) }
+        }
+        registry.gaugeCallback(
+            "push_kafka_produce_rtt_seconds",
+            help: "99th percentile of the feedback producer's request round trip per broker over the last statistics window (librdkafka rtt.p99).",
+            labelNames: ["broker"]
+        ) { [weak self] in
+            let roundTrips = self?.producerHealth.withLock { $0 }?().statistics?.roundTripP99Microseconds ?? [:]
+            return roundTrips.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value) / 1_000_000) }
         }
         registry.gaugeCallback(
             "push_kafka_partition_stalled",
@@ -110,6 +119,12 @@ public final class DispatcherMonitor: Sendable {
         self.consumer.withLock { $0 = consumer }
         self.engine.withLock { $0 = engine }
         readiness.setConsumer { consumer.health.readinessInput }
+    }
+
+    /// Sets (or with nil removes) where `push_kafka_produce_rtt_seconds` reads the producer's
+    /// statistics from, while the service runs.
+    func setProducerHealth(_ health: (@Sendable () -> KafkaClientHealth)?) {
+        producerHealth.withLock { $0 = health }
     }
 
     func detachConsumer() {
