@@ -72,7 +72,7 @@ def test_alerts_query_metrics_the_services_register():
         expr = re.sub(r'\{[^}]*\}', "", rule["expr"])
         expr = re.sub(r'\[[^\]]*\]', "", expr)
         for name in re.findall(r'\b([a-z_][a-z0-9_]*)\b', expr):
-            if name in PROMQL_WORDS or name in OUTSIDE_METRICS or name in {"topic", "reason", "environment", "partition", "key_id"}:
+            if name in PROMQL_WORDS or name in OUTSIDE_METRICS or name in {"topic", "reason", "environment", "partition", "key_id", "broker"}:
                 continue
             if name not in registered:
                 missing.append(f"{rule['alert']}: {name}")
