@@ -74,14 +74,21 @@ import Testing
         try await TestSupport.eventually("the heartbeat was removed") { !Heartbeats.shared.contains(consumer.pollHeartbeat) }
     }
 
-    @Test func producerStatisticsShowBrokersGoingDownAndComingBack() async throws {
+    /// A one-broker cluster with a one-partition topic, and a producer reporting statistics every
+    /// 200 ms that has sent it one record.
+    private func producerWithStatistics(_ topicPrefix: String) async throws -> (KafkaMockCluster, KafkaProducer, String) {
         let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
-        let topic = TestSupport.unique("down")
+        let topic = TestSupport.unique(topicPrefix)
         try cluster.createTopic(topic, partitions: 1)
         var configuration = TestSupport.producerConfig(cluster)
         configuration.statisticsInterval = .milliseconds(200)
         let producer = try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
         _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+        return (cluster, producer, topic)
+    }
+
+    @Test func producerStatisticsShowBrokersGoingDownAndComingBack() async throws {
+        let (cluster, producer, _) = try await producerWithStatistics("down")
         let policy = ReadinessPolicy()
         try await TestSupport.eventually("a broker up in the statistics") { producer.health.statistics?.brokersUp == 1 }
         #expect(policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing)
@@ -95,13 +102,7 @@ import Testing
     }
 
     @Test func producerStatisticsReportTheBrokersRoundTrip() async throws {
-        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
-        let topic = TestSupport.unique("rtt")
-        try cluster.createTopic(topic, partitions: 1)
-        var configuration = TestSupport.producerConfig(cluster)
-        configuration.statisticsInterval = .milliseconds(200)
-        let producer = try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
-        _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+        let (cluster, producer, topic) = try await producerWithStatistics("rtt")
         try await TestSupport.eventually("a fast round trip while the broker answers at once") {
             (producer.health.statistics?.roundTripP99Microseconds[1] ?? .max) < 50_000
         }
