@@ -54,9 +54,10 @@ struct BatchQueue<Item> {
         guard waiting.count > maxBatch else {
             // Everything waiting goes: hand the array over instead of copying it (a copy taken first
             // would leave `waiting` shared, and emptying it would then copy it once more).
+            let batch = waiting
+            waiting = []
             arrivals.removeAll(keepingCapacity: true)
-            defer { waiting = [] }
-            return .execute(waiting)
+            return .execute(batch)
         }
         let batch = Array(waiting[..<maxBatch])
         waiting.removeSubrange(..<maxBatch)
