@@ -1,6 +1,11 @@
 import Foundation
 internal import CRdKafka
 import ServiceCore
+import Synchronization
+
+/// Held while a mock cluster binds its listeners and while a broker is taken down (which binds its
+/// port again): see `KafkaMockCluster.setBrokerDown`.
+private let mockListeners = Mutex(())
 
 /// librdkafka's built-in Kafka-protocol broker (`rdkafka_mock.h`), running in this process on loopback.
 ///
@@ -56,7 +61,10 @@ public final class KafkaMockCluster: Sendable {
     /// Takes broker `id` down: its connections are closed and new ones refused until `setBrokerUp`.
     /// - Throws: `KafkaError` when there is no such broker.
     public func setBrokerDown(_ id: Int32) throws(KafkaError) {
-        let err = rd_kafka_mock_broker_set_down(owner.cluster, id)
+        // The mock closes the broker's listening socket and binds its port again at once, and
+        // aborts the process when that bind fails: a cluster created meanwhile in this process may
+        // have been given the freed port. Clusters are created under the same lock.
+        let err = mockListeners.withLock { _ in rd_kafka_mock_broker_set_down(owner.cluster, id) }
         if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "broker \(id): \(String(cString: rd_kafka_err2str(err)))") }
     }
 
@@ -111,7 +119,9 @@ private final class MockClusterOwner: @unchecked Sendable {
         // The mock needs a client instance for its bookkeeping; a producer that never produces.
         let conf = try RDKafkaConfig.make([("client.id", "mock-cluster-host"), ("log_level", "4")], context: context)
         let host = try RDKafkaConfig.newHandle(RD_KAFKA_PRODUCER, conf: conf)
-        guard let cluster = rd_kafka_mock_cluster_new(host, Int32(brokers)) else {
+        var created: OpaquePointer?
+        mockListeners.withLock { _ in created = rd_kafka_mock_cluster_new(host, Int32(brokers)) }
+        guard let cluster = created else {
             rd_kafka_destroy(host)
             throw KafkaError(code: .invalidArgument, message: "rd_kafka_mock_cluster_new failed (see logs)")
         }
