@@ -31,6 +31,8 @@ struct PoolStateMachine<Connection> {
     private(set) var isClosed = false
     private(set) var created = 0
     private(set) var discarded = 0
+    /// Checkouts that found no idle connection and no room to open one, and waited.
+    private(set) var waits = 0
     private var nextWaiterID = 0
 
     init(maximum: Int) { self.maximum = maximum }
@@ -46,6 +48,7 @@ struct PoolStateMachine<Connection> {
             return .connect
         }
         nextWaiterID += 1
+        waits += 1
         waiters.append(nextWaiterID)
         return .wait(waiterID: nextWaiterID)
     }

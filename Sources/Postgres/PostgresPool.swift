@@ -23,6 +23,14 @@ public final class PostgresPool: Sendable {
         public let created: Int
         /// Connections discarded as broken since the pool was created.
         public let discarded: Int
+        /// The most connections the pool opens (`PostgresPoolConfiguration.maximumConnections`).
+        public let maximum: Int
+        /// Checkouts that had to wait for a connection since the pool was created (all connections
+        /// leased and `maximum` open), however the wait ended.
+        public let waits: Int
+        /// The time those checkouts spent waiting, in total (ended waits only). With `waits`, the
+        /// average wait; its rate over time says how much work queued for the pool.
+        public let waitTime: Duration
     }
 
     /// The pool's settings.
@@ -35,6 +43,8 @@ public final class PostgresPool: Sendable {
         /// Waiters that suspended; a delivery for a waiter that has not suspended yet is kept in `early`.
         var continuations: [Int: CheckedContinuation<PoolStateMachine<PostgresConnection>.Grant, any Error>] = [:]
         var early: [Int: Result<PoolStateMachine<PostgresConnection>.Grant, any Error>] = [:]
+        /// `Statistics.waitTime` so far.
+        var waitTime: Duration = .zero
     }
 
     /// Creates a pool; no connection is opened before `start()` or the first checkout.
@@ -121,7 +131,8 @@ public final class PostgresPool: Sendable {
             let machine = state.machine
             return Statistics(
                 open: machine.open, idle: machine.idle.count, leased: machine.leased, waiting: machine.waiters.count,
-                created: machine.created, discarded: machine.discarded)
+                created: machine.created, discarded: machine.discarded, maximum: machine.maximum, waits: machine.waits,
+                waitTime: state.waitTime)
         }
     }
 
@@ -152,6 +163,8 @@ public final class PostgresPool: Sendable {
             case .connect:
                 grant = .permitToConnect
             case .wait(let waiterID):
+                let started = ContinuousClock.now
+                defer { state.withLock { $0.waitTime += ContinuousClock.now - started } }
                 grant = try await waitForGrant(waiterID, deadline: deadline)
             }
             switch grant {

@@ -91,8 +91,18 @@ public final class MetricsRegistry: Sendable {
     /// `collect` runs on the rendering thread while no registry lock is held; it must not suspend.
     @discardableResult
     public func gaugeCallback(_ name: String, help: String, labelNames: [String] = [],
-                              collect: @escaping @Sendable () -> [MetricSample]) -> CallbackGauge {
-        register(name, make: { CallbackGauge(name: name, help: help, labelNames: labelNames, collect: collect) })
+                              collect: @escaping @Sendable () -> [MetricSample]) -> CallbackFamily {
+        register(name, make: { CallbackFamily(name: name, help: help, labelNames: labelNames, kind: .gauge, collect: collect) })
+    }
+
+    /// A counter whose samples are read when the registry renders: for counts another component
+    /// keeps (a connection pool's waits). `collect` must return values that never decrease while the
+    /// process runs, and runs as `gaugeCallback`'s does.
+    /// - Precondition: `name` ends in `_total`.
+    @discardableResult
+    public func counterCallback(_ name: String, help: String, labelNames: [String] = [],
+                                collect: @escaping @Sendable () -> [MetricSample]) -> CallbackFamily {
+        register(name, make: { CallbackFamily(name: name, help: help, labelNames: labelNames, kind: .counter, collect: collect) })
     }
 
     /// Every family in the Prometheus text format 0.0.4, families sorted by name.

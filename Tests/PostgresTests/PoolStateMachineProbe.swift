@@ -26,6 +26,9 @@ struct PoolStateMachineProbe {
 
     mutating func abandon(_ id: Int) -> Bool { machine.abandon(waiterID: id) }
 
+    /// Checkouts that waited so far.
+    var waits: Int { machine.waits }
+
     static func render(_ result: Result<PoolStateMachine<String>.Grant, PostgresError>) -> String {
         switch result {
         case .success(.connection(let connection)): "connection \(connection)"

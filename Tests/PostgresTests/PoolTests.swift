@@ -87,6 +87,29 @@ struct PoolTests {
         await pool.close()
     }
 
+    /// `Statistics.waits` and `waitTime` (the dispatcher's `push_pg_pool_waits_total` and
+    /// `push_pg_pool_wait_seconds_total`): a checkout that found every connection leased is counted
+    /// with the time it waited; one that found a connection free is not.
+    @Test func checkoutsThatWaitAreCountedWithTheirWait() async throws {
+        let pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 1, checkoutTimeout: .seconds(30)))
+        _ = try await pool.query("SELECT 1")
+        #expect(pool.statistics.waits == 0 && pool.statistics.waitTime == .zero && pool.statistics.maximum == 1)
+        // A statement holds the only connection for 300 ms; another waits for it.
+        async let holder = pool.query("SELECT pg_sleep(0.3)")
+        while pool.statistics.leased == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        _ = try await pool.query("SELECT 1")
+        let waited = clock.now - start
+        _ = try await holder
+        let statistics = pool.statistics
+        #expect(statistics.waits == 1)
+        #expect(statistics.waitTime >= .milliseconds(100) && statistics.waitTime <= waited, "waited \(statistics.waitTime) of \(waited)")
+        _ = try await pool.query("SELECT 1")
+        #expect(pool.statistics.waits == 1)
+        await pool.close()
+    }
+
     @Test func cancelledWaiterLeavesTheQueue() async throws {
         let pool = PostgresPool(configuration: .init(conninfo: try TestDatabase.url, maximumConnections: 1, checkoutTimeout: .seconds(30)))
         let connectionHeld = Shared(false)
@@ -186,5 +209,7 @@ struct PoolTests {
         #expect(machine.abandon(3) == true)
         #expect(machine.release("a", reusable: true) == "")
         #expect(machine.checkout() == "use a")
+        // Every checkout that had to queue is counted, however its wait ended.
+        #expect(machine.waits == 3)
     }
 }

@@ -34,6 +34,7 @@ import Testing
             [MetricSample(labels: ["1"], value: 7), MetricSample(labels: ["0"], value: 1e20)]
         }
         registry.counter("push_d_total", help: "Never incremented.")
+        registry.counterCallback("push_e_total", help: "Kept elsewhere, read at scrape.") { [MetricSample(value: 3)] }
         #expect(registry.render() == """
             # HELP push_a A gauge.
             # TYPE push_a gauge
@@ -48,6 +49,9 @@ import Testing
             # HELP push_d_total Never incremented.
             # TYPE push_d_total counter
             push_d_total 0
+            # HELP push_e_total Kept elsewhere, read at scrape.
+            # TYPE push_e_total counter
+            push_e_total 3
 
             """)
     }

@@ -164,6 +164,11 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     # So does the feedback producer's round trip per broker: it has just published this request's reports.
     wait_for(lambda: [s for s in prometheus.query("push_kafka_produce_rtt_seconds") if 0 < float(s["value"][1]) < 60],
              what="a produce round-trip series between 0 and 60 s")
+    # The PostgreSQL pool: its connections by state (at least the one the request's statements used),
+    # its bound, and the waits counter, which a scrape finds even when nothing has waited yet.
+    wait_for(lambda: prometheus.value('sum(push_pg_pool_connections{state=~"idle|leased"})') >= 1, what="pool connections")
+    assert prometheus.value("push_pg_pool_max_connections") == 10
+    assert prometheus.query("push_pg_pool_waits_total") and prometheus.query("push_pg_pool_wait_seconds_total")
     for job in stack.ADMIN_URLS:
         assert prometheus.value(f'process_resident_memory_bytes{{job="{job}"}}') > 1_000_000
 

@@ -80,6 +80,8 @@ public struct DispatcherService: Service {
             try await pool.withConnection { try await RequestStatusReader.status(requestID: requestID, on: $0) }
         }
         defer { settings.monitor.setStatusLookup(nil) }
+        settings.monitor.setDatabasePool { pool.statistics }
+        defer { settings.monitor.setDatabasePool(nil) }
         settings.monitor.setChannelLookup(.init(store: ChannelStore(pool: pool)))
         defer { settings.monitor.setChannelLookup(nil) }
         let producer: KafkaProducer

@@ -1,6 +1,7 @@
 import APNs
 import DispatcherStatus
 import Kafka
+import Postgres
 import PushMessages
 import ServiceCore
 import Synchronization
@@ -29,6 +30,7 @@ public final class DispatcherMonitor: Sendable {
     public let readiness = ReadinessState()
     private let consumer = Mutex<KafkaConsumer?>(nil)
     private let producerHealth = Mutex<(@Sendable () -> KafkaClientHealth)?>(nil)
+    private let databasePool = Mutex<(@Sendable () -> PostgresPool.Statistics)?>(nil)
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
     private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
     private let channelLookup = Mutex<ChannelStatusEndpoint.Lookup?>(nil)
@@ -63,6 +65,26 @@ public final class DispatcherMonitor: Sendable {
         ) { [weak self] in
             let roundTrips = self?.producerHealth.withLock { $0 }?().statistics?.roundTripP99Microseconds ?? [:]
             return roundTrips.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value) / 1_000_000) }
+        }
+        registry.gaugeCallback(
+            "push_pg_pool_connections", help: "PostgreSQL connections of the pool by state: idle, leased (running a statement or transaction), connecting.",
+            labelNames: ["state"]
+        ) { [weak self] in
+            guard let pool = self?.databasePool.withLock({ $0 })?() else { return [] }
+            return [MetricSample(labels: ["idle"], value: Double(pool.idle)), MetricSample(labels: ["leased"], value: Double(pool.leased)),
+                    MetricSample(labels: ["connecting"], value: Double(max(0, pool.open - pool.idle - pool.leased)))]
+        }
+        registry.gaugeCallback("push_pg_pool_max_connections", help: "The most PostgreSQL connections the pool opens.") { [weak self] in
+            self?.poolSample { Double($0.maximum) } ?? []
+        }
+        registry.gaugeCallback("push_pg_pool_waiting", help: "Statements waiting for a PostgreSQL connection of the pool now (every connection leased).") { [weak self] in
+            self?.poolSample { Double($0.waiting) } ?? []
+        }
+        registry.counterCallback("push_pg_pool_waits_total", help: "Checkouts that waited for a PostgreSQL connection of the pool (every connection leased).") { [weak self] in
+            self?.poolSample { Double($0.waits) } ?? []
+        }
+        registry.counterCallback("push_pg_pool_wait_seconds_total", help: "Seconds checkouts spent waiting for a PostgreSQL connection of the pool, in total.") { [weak self] in
+            self?.poolSample { $0.waitTime.inSeconds } ?? []
         }
         registry.gaugeCallback(
             "push_kafka_partition_stalled",
@@ -125,6 +147,18 @@ public final class DispatcherMonitor: Sendable {
     /// statistics from, while the service runs.
     func setProducerHealth(_ health: (@Sendable () -> KafkaClientHealth)?) {
         producerHealth.withLock { $0 = health }
+    }
+
+    /// Sets (or with nil removes) where the `push_pg_pool_*` families read the PostgreSQL pool's
+    /// counts from, while the service runs.
+    func setDatabasePool(_ statistics: (@Sendable () -> PostgresPool.Statistics)?) {
+        databasePool.withLock { $0 = statistics }
+    }
+
+    /// One sample of the pool's statistics; none while no pool is set.
+    private func poolSample(_ value: (PostgresPool.Statistics) -> Double) -> [MetricSample] {
+        guard let statistics = databasePool.withLock({ $0 })?() else { return [] }
+        return [MetricSample(value: value(statistics))]
     }
 
     func detachConsumer() {
