@@ -77,7 +77,7 @@ public final class DispatcherMonitor: Sendable {
         registry.gaugeCallback("push_pg_pool_max_connections", help: "The most PostgreSQL connections the pool opens.") { [weak self] in
             self?.poolSample { Double($0.maximum) } ?? []
         }
-        registry.gaugeCallback("push_pg_pool_waiting", help: "Statements waiting for a PostgreSQL connection of the pool now (every connection leased).") { [weak self] in
+        registry.gaugeCallback("push_pg_pool_waiting", help: "Checkouts (a statement or a transaction) waiting for a PostgreSQL connection of the pool now (every connection leased).") { [weak self] in
             self?.poolSample { Double($0.waiting) } ?? []
         }
         registry.counterCallback("push_pg_pool_waits_total", help: "Checkouts that waited for a PostgreSQL connection of the pool (every connection leased).") { [weak self] in
