@@ -205,26 +205,34 @@ public final class PostgresPool: Sendable {
         if let toClose { await toClose.close() }
     }
 
+    /// Suspends until the waiter `waiterID` is granted a connection or a permit to open one.
+    ///
+    /// - Throws: `PostgresError` `.poolTimeout` when `deadline` passes first (the deadline is a child
+    ///   task of a task group, cancelled as soon as the waiter is served); `CancellationError` when the
+    ///   calling task is cancelled while it waits.
     private func waitForGrant(_ waiterID: Int, deadline: ContinuousClock.Instant) async throws -> PoolStateMachine<PostgresConnection>.Grant {
         let timeout = configuration.checkoutTimeout
-        let timer = Task { [self] in
-            try? await Task.sleep(until: deadline, clock: .continuous)
-            expire(waiterID, PostgresError(
-                code: .poolTimeout,
-                message: "no connection became free within \(timeout) (maximum \(configuration.maximumConnections) connections)"))
-        }
-        defer { timer.cancel() }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                let early = state.withLock { state -> Result<PoolStateMachine<PostgresConnection>.Grant, any Error>? in
-                    if let result = state.early.removeValue(forKey: waiterID) { return result }
-                    state.continuations[waiterID] = continuation
-                    return nil
-                }
-                if let early { continuation.resume(with: early) }
+        return try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                // Cancelled (the waiter was served or gave up): the sleep throws and nothing expires.
+                try await Task.sleep(until: deadline, clock: .continuous)
+                expire(waiterID, PostgresError(
+                    code: .poolTimeout,
+                    message: "no connection became free within \(timeout) (maximum \(configuration.maximumConnections) connections)"))
             }
-        } onCancel: {
-            expire(waiterID, nil)
+            defer { group.cancelAll() }
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    let early = state.withLock { state -> Result<PoolStateMachine<PostgresConnection>.Grant, any Error>? in
+                        if let result = state.early.removeValue(forKey: waiterID) { return result }
+                        state.continuations[waiterID] = continuation
+                        return nil
+                    }
+                    if let early { continuation.resume(with: early) }
+                }
+            } onCancel: {
+                expire(waiterID, nil)
+            }
         }
     }
 

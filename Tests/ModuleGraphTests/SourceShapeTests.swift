@@ -1,13 +1,12 @@
 import Foundation
 import Testing
 
-/// Guard rails on the shape of the busiest modules' sources, read from disk like `ModuleGraphTests`:
-/// in `Sources/DispatcherCore` and `Sources/ServiceCore`,
+/// Guard rails on the shape of the sources, read from disk like `ModuleGraphTests`:
 ///
-/// - no file over 400 lines;
-/// - no function or initializer over 80 lines (from its `func`/`init` line to its closing brace);
-/// - no unstructured task (`Task {`, `Task(`, `Task.detached`): long-lived work is a `Service`'s `run()`,
-///   concurrent work a task group's `group.addTask`.
+/// - in the busiest modules, `Sources/DispatcherCore` and `Sources/ServiceCore`, no file over 400 lines
+///   and no function or initializer over 80 lines (from its `func`/`init` line to its closing brace);
+/// - in every module under `Sources/`, no unstructured task (`Task {`, `Task(`, `Task.detached`):
+///   long-lived work is a `Service`'s `run()`, concurrent work a task group's `group.addTask`.
 ///
 /// What breaks a rule today is listed in `knownExceptions`, each with why; the list only shrinks: an entry
 /// that no longer matches anything fails `noExceptionIsStale`, so it is removed as soon as the code is fixed,
@@ -20,6 +19,7 @@ import Testing
 /// a declaration without a body (a protocol requirement) is skipped when no `{` follows before a blank line,
 /// a `}` or a new declaration.
 @Suite struct SourceShapeTests {
+    /// The modules held to every rule; every other module under `Sources/` is held to `unstructuredTask`.
     static let modules = ["DispatcherCore", "ServiceCore"]
     static let maximumFileLines = 400
     static let maximumFunctionLines = 80
@@ -32,7 +32,27 @@ import Testing
     static let knownExceptions: [Rule: [String: Int]] = [
         .fileLength: [:],
         .functionLength: [:],
-        .unstructuredTask: [:],
+        .unstructuredTask: [
+            // The APNs pool's connection slots, health checks, pings, event watch, graceful closes of
+            // replaced connections and the deadlines of requests waiting for a stream: the pool is
+            // started and stopped by calls, not run as a service (it is to become one, its tasks
+            // children of its run()).
+            "APNs/Client/APNsConnectionPool.swift": 10,
+            // A call's work and its deadline start from nghttp2's callback on the HTTP/2 server's own
+            // thread; they are to become children of the server service's task group.
+            "GRPC/GRPCServer.swift": 4,
+            // The JSON gateway's answer, started from the same callback.
+            "RegistrationServiceCore/RegistrationServer.swift": 1,
+            // A deferred admin answer and its deadline, started from libmicrohttpd's thread.
+            "AdminHTTP/AdminServer.swift": 2,
+            // Inside RegistrationService.run(): the topic watch and the background group run beside
+            // the serving phase and are cancelled when it ends; they are to be children of one group.
+            "RegistrationServiceCore/RegistrationService.swift": 2,
+            // A flush waiter's deadline in the Kafka producer (flush(timeout:)).
+            "Kafka/KafkaProducer.swift": 1,
+            // The development broker's wait for SIGTERM/SIGINT beside its stdin commands.
+            "KafkaDevBroker/KafkaDevBroker.swift": 1,
+        ],
     ]
 
     enum Rule: String, Hashable, CaseIterable, Sendable { case fileLength, functionLength, unstructuredTask }
@@ -176,12 +196,14 @@ import Testing
 
     static func sourceViolations() throws -> [Violation] {
         var result: [Violation] = []
-        for module in modules {
-            let directory = ModuleGraphTests.root.appendingPathComponent("Sources/\(module)")
+        let sources = ModuleGraphTests.root.appendingPathComponent("Sources")
+        for module in try FileManager.default.contentsOfDirectory(atPath: sources.path).sorted() {
+            let directory = sources.appendingPathComponent(module)
             let files = try #require(FileManager.default.enumerator(atPath: directory.path))
             for case let file as String in files where file.hasSuffix(".swift") {
                 let text = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
-                result += violations(file: "\(module)/\(file)", text: text)
+                let found = violations(file: "\(module)/\(file)", text: text)
+                result += modules.contains(module) ? found : found.filter { $0.rule == .unstructuredTask }
             }
         }
         return result.sorted { $0.description < $1.description }
@@ -189,7 +211,7 @@ import Testing
 
     // MARK: The rules on the sources
 
-    @Test func theDispatcherAndServiceCoreKeepTheirShape() throws {
+    @Test func theSourcesKeepTheirShape() throws {
         let broken = try Self.sourceViolations().filter { violation in
             guard let allowed = Self.knownExceptions[violation.rule]?[violation.key] else { return true }
             return violation.amount > allowed
