@@ -170,3 +170,32 @@ def test_bench_latency_verdict_refuses_a_floor_that_is_not_one():
     assert bench_e2e.latency_verdict([run(91, 100, 250)], 100, 250)[0] == "PASS", "a floor at the limits still judges"
     assert bench_e2e.latency_verdict([run(91, 100, 251)], 100, 250)[0] == "INVALID"
     assert bench_e2e.latency_verdict([run(91, 101, 40)], 100, 250)[0] == "INVALID"
+
+
+def test_fault_matrix_hung_tokens_rate_comes_from_the_reports_own_times():
+    """The hung-tokens row compares the healthy tokens' rate with the same request's without the fault.
+    Both come from the dispatcher's times in the reports (`requested_at_ms` to the last first report's
+    `completed_at_ms`), not from when the script saw the reports: a 10,000-token request takes about 2 s
+    here, and polling every 0.1-0.2 s beside a busy reader thread failed the full-size row at 0.71-0.75
+    when the same binaries, timed again, gave 0.86-1.10. A token without a report gives no rate; a
+    repeated report does not move it."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+    import types
+    loader = importlib.machinery.SourceFileLoader("fault_matrix", str(ROOT / "scripts" / "fault-matrix"))
+    spec = importlib.util.spec_from_loader("fault_matrix", loader)
+    fault_matrix = importlib.util.module_from_spec(spec)
+    sys.modules["fault_matrix"] = fault_matrix  # its dataclasses look their module up there
+    loader.exec_module(fault_matrix)
+
+    def report(token, requested, completed):
+        return (token, "event-" + token, types.SimpleNamespace(requested_at_ms=requested, completed_at_ms=completed))
+
+    reports = [report("a", 1_000, 1_500), report("b", 1_000, 3_000), report("hung", 1_000, 900_000)]
+    assert fault_matrix.report_rate(reports, ["a", "b"]) == 1.0, "2 tokens in 2 s"
+    # A later repeat of b's report (same event id, a redelivery) does not move b's first report.
+    assert fault_matrix.report_rate(reports + [report("b", 1_000, 9_000)], ["a", "b"]) == 1.0
+    assert fault_matrix.report_rate(reports, ["a", "b", "never"]) is None
+    assert fault_matrix.report_rate([report("a", 1_000, 1_000)], ["a"]) is None
+    assert fault_matrix.report_rate(reports, ["a", "b", "hung"]) == 3 * 1000 / 899_000
