@@ -98,8 +98,8 @@ def main() -> int:
             out(f"size {size:,}: seeded in {time.monotonic() - started:.1f} s")
             fanout, campaign, peaks, fanout_peaks = [], [], [], []
             for run in range(runs):
-                # The campaign first: a user fan-out holds all its tokens in memory, and the RSS it leaves
-                # behind would be counted against the campaign that follows it.
+                # The campaign first: the RSS a user fan-out leaves behind (its pages, its sends' buffers)
+                # would be counted against the campaign that follows it.
                 for kind in ("campaign", "fanout"):
                     request_id = f"{prefix}{size}-{run}-{kind}"
                     target = ({"user_ids": send_pb.UserIds(user_ids=[user])} if kind == "fanout"
@@ -134,7 +134,7 @@ def main() -> int:
             line = (f"size {size:,}: campaign {c:,.0f}/s vs fan-out {f:,.0f}/s (median of {runs}): ratio {c / f:.3f}"
                     f" (goal ≥ {GOAL_RATIO}) {'PASS' if c / f >= GOAL_RATIO else 'MISS'}; dispatcher peak RSS {sampled:,} KiB"
                     f" sampled, VmHWM {hwm:,} KiB (goal < {GOAL_RSS_KIB:,}) {'PASS' if max(sampled, hwm) < GOAL_RSS_KIB else 'MISS'}"
-                    f" (the fan-out's own peak: {max(fanout_peaks):,} KiB, a user's tokens are read at once) | loadavg {B.loadavg()}")
+                    f" (the fan-out's own peak: {max(fanout_peaks):,} KiB, a user's tokens read in pages of PUSH_CAMPAIGN_PAGE_SIZE) | loadavg {B.loadavg()}")
             if limit:
                 line += (f"\n  rate limit {limit:,.0f}/s for {BUNDLE}: measured campaign rate {c:,.0f}/s,"
                          f" {100 * (c / limit - 1):+.1f}% (goal within 5%) {'PASS' if abs(c / limit - 1) <= 0.05 else 'MISS'}")
