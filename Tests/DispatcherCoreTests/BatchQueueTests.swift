@@ -10,7 +10,7 @@ struct BatchQueueTests {
         var queue = BatchQueue<Int>(maxBatch: 10, maxConcurrentBatches: 1, maxWait: .zero)
         let woke1 = queue.submitted(0, at: start)
         #expect(woke1, "the first item wakes the loop")
-        guard case .execute(let first) = queue.next(at: start) else { Issue.record("expected a batch"); return }
+        guard case .execute(let first, _) = queue.next(at: start) else { Issue.record("expected a batch"); return }
         #expect(first == [0])
         // The only slot is busy: items gather, nothing is due, only the first of them wakes the loop.
         let woke2 = queue.submitted(1, at: start)
@@ -21,7 +21,7 @@ struct BatchQueueTests {
         }
         guard case .idle = queue.next(at: start + .seconds(1)) else { Issue.record("expected idle while the slot is busy"); return }
         queue.batchFinished()
-        guard case .execute(let gathered) = queue.next(at: start) else { Issue.record("expected the gathered batch"); return }
+        guard case .execute(let gathered, _) = queue.next(at: start) else { Issue.record("expected the gathered batch"); return }
         #expect(gathered == [1, 2, 3, 4, 5])
         queue.batchFinished()
         guard case .idle = queue.next(at: start) else { Issue.record("expected idle"); return }
@@ -40,12 +40,12 @@ struct BatchQueueTests {
         #expect(again == until)
         let woke6 = queue.submitted(2, at: start + .milliseconds(3))
         #expect(woke6, "the item that fills the batch wakes the loop")
-        guard case .execute(let full) = queue.next(at: start + .milliseconds(3)) else { Issue.record("expected the full batch"); return }
+        guard case .execute(let full, _) = queue.next(at: start + .milliseconds(3)) else { Issue.record("expected the full batch"); return }
         #expect(full == [0, 1, 2])
         // The next item starts its own wait; once it is out, the batch goes half empty.
         let woke7 = queue.submitted(3, at: start + .milliseconds(10))
         #expect(woke7)
-        guard case .execute(let timed) = queue.next(at: start + .milliseconds(15)) else { Issue.record("expected the timed batch"); return }
+        guard case .execute(let timed, _) = queue.next(at: start + .milliseconds(15)) else { Issue.record("expected the timed batch"); return }
         #expect(timed == [3])
         #expect(queue.running == 2)
     }
@@ -54,11 +54,27 @@ struct BatchQueueTests {
         var queue = BatchQueue<Int>(maxBatch: 4, maxConcurrentBatches: 2, maxWait: .zero)
         for item in 0..<11 { _ = queue.submitted(item, at: start) }
         var batches: [[Int]] = []
-        while case .execute(let batch) = queue.next(at: start) { batches.append(batch) }
+        while case .execute(let batch, _) = queue.next(at: start) { batches.append(batch) }
         #expect(batches == [[0, 1, 2, 3], [4, 5, 6, 7]])
         queue.batchFinished()
-        guard case .execute(let third) = queue.next(at: start) else { Issue.record("expected a batch"); return }
+        guard case .execute(let third, _) = queue.next(at: start) else { Issue.record("expected a batch"); return }
         #expect(third == [8, 9, 10])
+    }
+
+    @Test func eachBatchNamesWhenItsFirstItemArrived() {
+        var queue = BatchQueue<Int>(maxBatch: 2, maxConcurrentBatches: 1, maxWait: .zero)
+        for item in 0..<3 { _ = queue.submitted(item, at: start + .milliseconds(item * 10)) }
+        guard case .execute(let first, let firstArrival) = queue.next(at: start + .milliseconds(50)) else {
+            Issue.record("expected a batch"); return
+        }
+        #expect(first == [0, 1] && firstArrival == start)
+        queue.batchFinished()
+        _ = queue.submitted(3, at: start + .milliseconds(60))
+        guard case .execute(let second, let secondArrival) = queue.next(at: start + .milliseconds(70)) else {
+            Issue.record("expected a batch"); return
+        }
+        // The item left over from the full batch is the oldest of the next one.
+        #expect(second == [2, 3] && secondArrival == start + .milliseconds(20))
     }
 
     @Test func stoppingSendsWhatWaitsAtOnceThenFinishesWhenNothingRuns() {
@@ -66,7 +82,7 @@ struct BatchQueueTests {
         _ = queue.submitted(0, at: start)
         guard case .sleep = queue.next(at: start) else { Issue.record("expected a sleep"); return }
         queue.stop()
-        guard case .execute(let batch) = queue.next(at: start) else { Issue.record("expected the batch at once"); return }
+        guard case .execute(let batch, _) = queue.next(at: start) else { Issue.record("expected the batch at once"); return }
         #expect(batch == [0])
         guard case .idle = queue.next(at: start) else { Issue.record("a batch still runs: not finished"); return }
         queue.batchFinished()

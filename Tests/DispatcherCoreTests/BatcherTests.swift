@@ -111,6 +111,38 @@ struct BatcherTests {
         #expect(calls.withLock { $0 } == [1, 2, -3], "the abandoned item's done ran (its batch never did)")
     }
 
+    /// A labelled batcher's batches are timed in the dispatcher's metrics: items per batch, how long
+    /// each batch's first item waited (here behind the one running batch), how long each ran.
+    @Test func aLabelledBatchersBatchesAreCountedAndTimed() async throws {
+        let probe = Probe()
+        let label = "test_timing"
+        func sample(_ name: String) -> Double {
+            let prefix = "\(name){batcher=\"\(label)\"} "
+            let line = MetricsRegistry.shared.render().split(separator: "\n").first { $0.hasPrefix(prefix) }
+            return line.flatMap { Double($0.dropFirst(prefix.count)) } ?? 0
+        }
+        let before = (batches: sample("push_batch_items_count"), items: sample("push_batch_items_sum"),
+                      wait: sample("push_batch_wait_seconds_sum"), ran: sample("push_batch_duration_seconds_sum"))
+        let batcher = Batcher<Int, Int>(name: "test", metricLabel: label, settings: .init(maxBatch: 10)) { try await probe.batch($0) }
+        try await whileRunning(batcher) {
+            async let first = batcher.submit(1)
+            _ = try await CampaignStoreTests.eventually("the first batch runs") { probe.state.withLock { $0.running == 1 } ? true : nil }
+            // The only slot is busy for 20 ms: these five gather into the second batch.
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for i in 2...6 { group.addTask { try await batcher.submit(i) } }
+                try await group.waitForAll()
+            }
+            _ = try await first
+        }
+        #expect(probe.state.withLock { $0.sizes } == [1, 5])
+        #expect(sample("push_batch_items_count") - before.batches == 2)
+        #expect(sample("push_batch_items_sum") - before.items == 6)
+        let ran = sample("push_batch_duration_seconds_sum") - before.ran
+        #expect(ran >= 0.04, "two batches of at least 20 ms each ran \(ran) s")
+        let waited = sample("push_batch_wait_seconds_sum") - before.wait
+        #expect(waited > 0.005 && waited < ran, "the second batch's first item waited behind the first batch: \(waited) s")
+    }
+
     @Test func cancellationFailsTheWaitingCallers() async throws {
         let batcher = Batcher<Int, Int>(name: "test", settings: .init(maxWait: .seconds(3600))) { $0 }
         let runner = Task { try await batcher.run(shutdown: GracefulShutdown()) }

@@ -133,6 +133,9 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     writes_before = prometheus.value("push_send_log_writes_total")
     stages = ("consumed", "resolved", "sent")
     stages_before = {stage: prometheus.value(f'push_request_stage_seconds_count{{stage="{stage}"}}') for stage in stages}
+    # The batches a user_ids request's look-ups and writes take (docs/observability.md "Where a request's time goes").
+    batchers = ("fingerprints", "user_tokens", "progress", "send_log", "completions")
+    batches_before = {b: prometheus.value(f'push_batch_items_count{{batcher="{b}"}}') for b in batchers}
     user = f"user-{uuid.uuid4()}"
     tokens = [stack.random_token() for _ in range(3)]
     for i, token in enumerate(tokens):
@@ -159,6 +162,11 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     for stage in stages:
         wait_for(lambda: prometheus.value(f'push_request_stage_seconds_count{{stage="{stage}"}}') >= stages_before[stage] + 1,
                  what=f"the request's {stage} stage observed")
+    for batcher in batchers:
+        wait_for(lambda: prometheus.value(f'push_batch_items_count{{batcher="{batcher}"}}') >= batches_before[batcher] + 1,
+                 what=f"a {batcher} batch observed")
+        assert prometheus.value(f'push_batch_duration_seconds_count{{batcher="{batcher}"}}') >= 1
+        assert prometheus.value(f'push_batch_wait_seconds_count{{batcher="{batcher}"}}') >= 1
     # Consumer lag per partition comes from librdkafka's statistics, scraped like everything else.
     wait_for(lambda: prometheus.query('push_kafka_consumer_lag{topic="push.send-requests.v1"}'), what="consumer lag series")
     # So does the feedback producer's round trip per broker: it has just published this request's reports.

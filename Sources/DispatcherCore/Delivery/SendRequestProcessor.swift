@@ -105,21 +105,21 @@ public final class SendRequestProcessor: Sendable {
         self.sendLog = store.makeSendLogWriter(marksAcknowledgements: marksAcknowledgements)
         let parking = store.makePendingRetryStore()
         self.parking = parking
-        self.progressLoader = Batcher(name: "request progress") { reads in
+        self.progressLoader = Batcher(name: "request progress", metricLabel: "progress") { reads in
             // Read from the request's day partition of send_log_v2 when its created_at_ms gives it.
             let found = try await parking.progress(reads, limit: userPageSize)
             return reads.map { found[$0.requestID] ?? PendingRetryStore.RequestProgress() }
         }
-        self.completedLoader = Batcher(name: "request completions look-up") { [store] requestIDs in
+        self.completedLoader = Batcher(name: "request completions look-up", metricLabel: "completions_lookup") { [store] requestIDs in
             let found = try await store.completedRequests(requestIDs)
             return requestIDs.map { found.contains($0) }
         }
-        self.completionRecorder = Batcher(name: "request_completions") { [store] rows in
+        self.completionRecorder = Batcher(name: "request_completions", metricLabel: "completions") { [store] rows in
             try await store.recordCompletions(rows.map { ($0.requestID, $0.eventID, $0.status) })
             return rows.map { _ in () }
         }
         self.acknowledged = AcknowledgedReports()
-        self.userTokensLoader = Batcher(name: "tokens by user") { [store] reads in
+        self.userTokensLoader = Batcher(name: "tokens by user", metricLabel: "user_tokens") { [store] reads in
             // One statement for the batch, at the largest limit asked; each read keeps its own.
             let found = try await store.activeTokens(ofUsers: reads.flatMap(\.users), limit: reads.map(\.limit).max() ?? 1)
             return reads.map { read in
@@ -128,7 +128,7 @@ public final class SendRequestProcessor: Sendable {
                 return tokens
             }
         }
-        self.tokensLoader = Batcher(name: "tokens by device token") { [store] lists in
+        self.tokensLoader = Batcher(name: "tokens by device token", metricLabel: "tokens") { [store] lists in
             let found = try await store.tokens(Array(Set(lists.joined())))
             return lists.map { tokens in
                 var rows: [String: StoredToken] = [:]

@@ -8,8 +8,9 @@
 struct BatchQueue<Item> {
     /// What the flush loop does next.
     enum Step {
-        /// Run these items as one batch (a slot is now taken: call `batchFinished()` after).
-        case execute([Item])
+        /// Run these items as one batch (a slot is now taken: call `batchFinished()` after); the
+        /// first of them arrived at `oldestArrival`.
+        case execute([Item], oldestArrival: ContinuousClock.Instant)
         /// Nothing is due before this instant (the oldest item's `maxWait`); sleep until then unless woken.
         case sleep(until: ContinuousClock.Instant)
         /// Nothing to do until woken: no item waits, or every slot is busy.
@@ -51,18 +52,19 @@ struct BatchQueue<Item> {
         let due = arrivals[0] + maxWait
         guard waiting.count >= maxBatch || stopping || maxWait == .zero || now >= due else { return .sleep(until: due) }
         running += 1
+        let oldestArrival = arrivals[0]
         guard waiting.count > maxBatch else {
             // Everything waiting goes: hand the array over instead of copying it (a copy taken first
             // would leave `waiting` shared, and emptying it would then copy it once more).
             let batch = waiting
             waiting = []
             arrivals.removeAll(keepingCapacity: true)
-            return .execute(batch)
+            return .execute(batch, oldestArrival: oldestArrival)
         }
         let batch = Array(waiting[..<maxBatch])
         waiting.removeSubrange(..<maxBatch)
         arrivals.removeSubrange(..<maxBatch)
-        return .execute(batch)
+        return .execute(batch, oldestArrival: oldestArrival)
     }
 
     /// A batch taken by `next` finished (its callers were answered).

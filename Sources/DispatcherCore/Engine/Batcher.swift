@@ -60,17 +60,23 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
 
     /// For logs and errors: what the batches do ("send_log", "request fingerprints", …).
     public let name: String
+    /// The `batcher` label of its batches' timing (`push_batch_wait_seconds`,
+    /// `push_batch_duration_seconds`, `push_batch_items`); nil: not observed.
+    public let metricLabel: String?
     public let settings: Settings
     private let execute: Execute
     private let state: Mutex<State>
 
     /// - Parameters:
     ///   - name: what the batches do, for errors.
+    ///   - metricLabel: the `batcher` label of its batches' timing in the dispatcher's metrics (a
+    ///     short fixed name, README "Metrics"); nil: not observed.
     ///   - settings: the shape of the batches.
     ///   - execute: runs one batch; its result has one output per input, in the same order. What it
     ///     throws reaches every caller of the batch.
-    public init(name: String, settings: Settings = Settings(), execute: @escaping Execute) {
+    public init(name: String, metricLabel: String? = nil, settings: Settings = Settings(), execute: @escaping Execute) {
         self.name = name
+        self.metricLabel = metricLabel
         self.settings = settings
         self.execute = execute
         self.state = Mutex(State(queue: BatchQueue(
@@ -134,8 +140,8 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
                     return (step, true)
                 }
                 switch step {
-                case .execute(let batch):
-                    group.addTask { [self] in await runBatch(batch) }
+                case .execute(let batch, let oldestArrival):
+                    group.addTask { [self] in await runBatch(batch, oldestArrival: oldestArrival) }
                 case .sleep(let deadline):
                     if armTimer {
                         group.addTask { [self] in
@@ -167,14 +173,24 @@ public final class Batcher<Input: Sendable, Output: Sendable>: Service, Sendable
         }
     }
 
-    private func runBatch(_ batch: [Entry]) async {
+    private func runBatch(_ batch: [Entry], oldestArrival: ContinuousClock.Instant) async {
+        let started = ContinuousClock.now
+        let result: Result<[Output], any Error>
         do {
-            let outputs = try await execute(batch.map(\.input))
+            result = .success(try await execute(batch.map(\.input)))
+        } catch {
+            result = .failure(error)
+        }
+        if let metricLabel {
+            DispatcherMetrics.shared.observeBatch(metricLabel, items: batch.count, wait: started - oldestArrival, ran: .now - started)
+        }
+        switch result {
+        case .success(let outputs):
             precondition(outputs.count == batch.count, "Batcher \(name): execute returned \(outputs.count) outputs for \(batch.count) inputs")
             // By index, not `for entry in batch`: a loop variable is a copy of the entry (its input
             // retained and released once more per row, a profile's 2 % of a request's CPU).
             for index in batch.indices { batch[index].continuation?.resume(returning: outputs[index]) }
-        } catch {
+        case .failure(let error):
             for index in batch.indices { batch[index].continuation?.resume(throwing: error) }
         }
         for index in batch.indices { batch[index].done?() }

@@ -220,7 +220,7 @@ extension Dispatcher {
     /// The batcher of the writes of cancels taken on receipt: each batch writes its cancels one after
     /// the other; a failed write is dropped (the record's in-order handling writes it again).
     static func cancelWriter(store: TokenStore) -> Batcher<CancelWrite, Void> {
-        Batcher(name: "cancels on receipt") { writes in
+        Batcher(name: "cancels on receipt", metricLabel: "cancels") { writes in
             let cancellationStore = CancellationStore(pool: store.pool)
             let campaignStore = CampaignStore(pool: store.pool)
             for write in writes {

@@ -115,7 +115,7 @@ public final class Dispatcher: Sendable {
             classPriority.queued.filter { $0.key != .transactional }.sorted { $0.key.rawValue < $1.key.rawValue }
                 .map { MetricSample(labels: ["\($0.key)"], value: Double($0.value)) }
         }
-        self.fingerprints = Batcher(name: "request fingerprints") { [store] inputs in
+        self.fingerprints = Batcher(name: "request fingerprints", metricLabel: "fingerprints") { [store] inputs in
             try await store.recordFingerprints(inputs.map { ($0.requestID, $0.fingerprint) })
         }
         self.cancelWrites = Self.cancelWriter(store: store)

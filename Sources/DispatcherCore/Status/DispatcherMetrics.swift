@@ -37,6 +37,16 @@ struct DispatcherMetrics: Sendable {
     /// of each stage of its handling in this process, in seconds (`RequestStage`); the end of the
     /// last stage, its `RequestCompleted` acknowledged, is `push_request_duration_seconds`.
     let requestStage: Histogram
+    /// `push_batch_wait_seconds{batcher}`: how long the first item of each batch of a `Batcher`
+    /// waited for its batch to start (behind the batcher's running batch, or its `maxWait`), in
+    /// seconds; `batcher` is the batcher's `metricLabel`.
+    let batchWait: Histogram
+    /// `push_batch_duration_seconds{batcher}`: one batch's run, from its start to its result (its
+    /// PostgreSQL statement or transaction, the checkout and the hops to and from the connection's
+    /// thread), in seconds.
+    let batchDuration: Histogram
+    /// `push_batch_items{batcher}`: items (look-ups, rows) per batch.
+    let batchItems: Histogram
 
     init(registry: MetricsRegistry) {
         notifications = registry.counter(
@@ -60,6 +70,27 @@ struct DispatcherMetrics: Sendable {
             "push_request_stage_seconds",
             help: "Time from an immediate request's requested_at_ms to the end of each stage of its handling (consumed, resolved, sent).",
             labelNames: ["stage"], buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300])
+        let batchBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+        batchWait = registry.histogram(
+            "push_batch_wait_seconds",
+            help: "Time the first item of a batch waited for the batch to start (behind the running batch, or the batcher's wait), by batcher.",
+            labelNames: ["batcher"], buckets: batchBuckets)
+        batchDuration = registry.histogram(
+            "push_batch_duration_seconds",
+            help: "Time one batch ran, its PostgreSQL statement or transaction with the checkout and thread hops, by batcher.",
+            labelNames: ["batcher"], buckets: batchBuckets)
+        batchItems = registry.histogram(
+            "push_batch_items", help: "Items (look-ups, rows) per batch, by batcher.",
+            labelNames: ["batcher"], buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000])
+    }
+
+    /// Observes one batch of the batcher labelled `batcher`: `items` in it, its first item's `wait`
+    /// before it started and the time it `ran`.
+    func observeBatch(_ batcher: String, items: Int, wait: Duration, ran: Duration) {
+        let labels = [batcher]
+        batchWait.observe(wait.inSeconds, labels: labels)
+        batchDuration.observe(ran.inSeconds, labels: labels)
+        batchItems.observe(Double(items), labels: labels)
     }
 
     /// Observes the end of `stage` of an immediate request whose `requested_at_ms` is `requestedAtMs`,

@@ -81,7 +81,7 @@ public final class SendLogWriter: Service, Sendable {
         let legacy = LegacySendLogProbe()
         self.legacy = legacy
         self.marks = Batcher(
-            name: "send_log acknowledgement marks",
+            name: "send_log acknowledgement marks", metricLabel: "send_log_marks",
             settings: .init(maxBatch: max(1, maxMarkBatch), maxConcurrentBatches: 1, maxWait: markInterval)
         ) { [logger] keys in
             do {
@@ -94,7 +94,7 @@ public final class SendLogWriter: Service, Sendable {
             return keys.map { _ in () }
         }
         self.batcher = Batcher(
-            name: "send_log", settings: .init(maxBatch: maxBatch, maxConcurrentBatches: maxConcurrentWrites, maxWait: flushInterval)
+            name: "send_log", metricLabel: "send_log", settings: .init(maxBatch: maxBatch, maxConcurrentBatches: maxConcurrentWrites, maxWait: flushInterval)
         ) { [logger] rows in
             do {
                 let bytes = try await SendLogWriter.write(pool, rows, legacy: legacy)
