@@ -77,15 +77,25 @@ public final class KafkaProducer: Sendable {
     public var health: KafkaClientHealth { core.health }
 
     /// Waits until every record sent so far was acknowledged (or failed).
-    /// - Throws: `KafkaError` with code `timedOut` when records are still pending after `timeout`.
+    ///
+    /// The deadline is a child task of a task group inside this call, cancelled as soon as the wait is
+    /// served; no task outlives the call.
+    /// - Parameter timeout: how long to wait at most (`.zero`: only report whether anything is pending).
+    /// - Throws: `KafkaError` with code `timedOut` when records are still pending after `timeout`, or
+    ///   when the producer stopped first; `CancellationError` when the calling task is cancelled while
+    ///   records are pending (the wait then ends at once; the records stay pending).
     public func flush(timeout: Duration) async throws {
         guard await core.flush(timeout: timeout) else {
+            try Task.checkCancellation()
             throw KafkaError(code: .timedOut, message: "\(core.pendingCount) records still unacknowledged after \(timeout)")
         }
     }
 
     /// Flushes for up to `timeout`, fails what is still pending with `shutdown`, then destroys the
     /// librdkafka instance and ends the poll thread. Later `send` calls throw `shutdown`. Idempotent.
+    ///
+    /// When the calling task is cancelled (escalation), the flush ends at once, as if `timeout` had
+    /// passed, and the rest of the shutdown proceeds.
     public func shutdown(timeout: Duration = .seconds(10)) async {
         _ = await core.flush(timeout: timeout)
         await core.stop()
@@ -129,6 +139,17 @@ final class ProducerCore: Sendable {
         var generation: Int?
     }
 
+    /// A `flush` call, from the moment it took its id until it is served or expires.
+    fileprivate enum FlushWaiter {
+        /// Has an id but has not suspended yet.
+        case announced
+        /// Suspended until nothing is pending (resumed with `true`), its deadline passes or the producer
+        /// stops (`false`).
+        case waiting(CheckedContinuation<Bool, Never>)
+        /// The deadline passed (or the caller was cancelled) before it suspended: it returns `false` at once.
+        case expired
+    }
+
     fileprivate struct State {
         var client: RDKafkaProducerClient?
         var maxMessageBytes = 1_000_000
@@ -146,7 +167,7 @@ final class ProducerCore: Sendable {
         var lastRecovery: ContinuousClock.Instant?
         var consecutiveFatal = 0
         var nextWaiterID: UInt64 = 0
-        var flushWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var flushWaiters: [UInt64: FlushWaiter] = [:]
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -309,8 +330,8 @@ final class ProducerCore: Sendable {
             let leftovers = s.pending.values.map(\.completion)
             s.pending.removeAll()
             s.backlog.removeAll()
-            let flushWaiters = Array(s.flushWaiters.values)
-            s.flushWaiters.removeAll()
+            let flushWaiters = s.flushWaiters.values.compactMap(\.continuation)
+            s.flushWaiters.removeAll()  // an announced waiter finds itself served: it sees `stopped`
             let stopWaiters = s.stopWaiters
             s.stopWaiters.removeAll()
             return (client, leftovers, flushWaiters, stopWaiters)
@@ -420,28 +441,69 @@ final class ProducerCore: Sendable {
 
     // MARK: Flush and stop
 
+    /// Waits until nothing is pending, for up to `timeout`.
+    ///
+    /// The deadline is a child of a task group: it sleeps until `timeout` has passed, then expires the
+    /// waiter; the group's body suspends on the waiter's continuation and cancels the child once served.
+    /// A deadline that passes before the body suspended marks the waiter `expired`, which the body finds.
+    /// - Returns: `true` when nothing was pending (or the producer had stopped) at the call or later
+    ///   within `timeout`; `false` when `timeout` passed first, the producer stopped while records were
+    ///   pending, or the calling task was cancelled (the child's sleep then ends at once).
     func flush(timeout: Duration) async -> Bool {
         let id = state.withLock { s -> UInt64? in
             guard !s.pending.isEmpty, !s.stopped else { return nil }
             s.nextWaiterID += 1
+            s.flushWaiters[s.nextWaiterID] = .announced
             return s.nextWaiterID
         }
         guard let id else { return true }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let done = state.withLock { s -> Bool in
-                if s.pending.isEmpty || s.stopped { return true }
-                s.flushWaiters[id] = continuation
-                return false
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        return await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                // Cancelled (served, or the caller was cancelled): the sleep ends early and expiring
+                // finds nothing to do when the waiter was served.
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                expireFlushWaiter(id)
             }
-            if done {
-                continuation.resume(returning: true)
-                return
-            }
-            Task { [weak self] in
-                try? await Task.sleep(for: timeout)
-                self?.state.withLock { $0.flushWaiters.removeValue(forKey: id) }?.resume(returning: false)
+            defer { group.cancelAll() }
+            return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let outcome = state.withLock { s -> Bool? in
+                    switch s.flushWaiters[id] {
+                    case nil:
+                        return true  // served before it suspended (nothing pending, or stopped)
+                    case .expired?:
+                        s.flushWaiters[id] = nil
+                        return false
+                    case .announced?, .waiting?:
+                        if s.pending.isEmpty || s.stopped {
+                            s.flushWaiters[id] = nil
+                            return true
+                        }
+                        s.flushWaiters[id] = .waiting(continuation)
+                        return nil
+                    }
+                }
+                if let outcome { continuation.resume(returning: outcome) }
             }
         }
+    }
+
+    /// The deadline of flush waiter `id` passed: resumes it with `false` when it is still waiting, marks
+    /// it `expired` when it has not suspended yet, and does nothing when it was served.
+    private func expireFlushWaiter(_ id: UInt64) {
+        let continuation = state.withLock { s -> CheckedContinuation<Bool, Never>? in
+            switch s.flushWaiters[id] {
+            case .waiting(let continuation)?:
+                s.flushWaiters[id] = nil
+                return continuation
+            case .announced?:
+                s.flushWaiters[id] = .expired
+                return nil
+            case .expired?, nil:
+                return nil
+            }
+        }
+        continuation?.resume(returning: false)
     }
 
     func stop() async {
@@ -463,10 +525,19 @@ final class ProducerCore: Sendable {
 }
 
 extension ProducerCore.State {
-    /// The flush waiters to resume when nothing is pending any more.
+    /// The flush waiters to resume when nothing is pending any more. Every waiter is removed: one that
+    /// has not suspended yet finds itself served and returns `true`; one that expired before suspending
+    /// also returns `true`, since nothing is pending.
     fileprivate mutating func takeFlushWaitersIfIdle() -> [CheckedContinuation<Bool, Never>] {
         guard pending.isEmpty, !flushWaiters.isEmpty else { return [] }
         defer { flushWaiters.removeAll() }
-        return Array(flushWaiters.values)
+        return flushWaiters.values.compactMap(\.continuation)
+    }
+}
+
+extension ProducerCore.FlushWaiter {
+    /// The continuation of a suspended waiter.
+    fileprivate var continuation: CheckedContinuation<Bool, Never>? {
+        if case .waiting(let continuation) = self { continuation } else { nil }
     }
 }

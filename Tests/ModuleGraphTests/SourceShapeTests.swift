@@ -48,8 +48,6 @@ import Testing
             // Inside RegistrationService.run(): the topic watch and the background group run beside
             // the serving phase and are cancelled when it ends; they are to be children of one group.
             "RegistrationServiceCore/RegistrationService.swift": 2,
-            // A flush waiter's deadline in the Kafka producer (flush(timeout:)).
-            "Kafka/KafkaProducer.swift": 1,
             // The development broker's wait for SIGTERM/SIGINT beside its stdin commands.
             "KafkaDevBroker/KafkaDevBroker.swift": 1,
         ],
