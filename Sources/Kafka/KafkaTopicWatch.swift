@@ -90,11 +90,13 @@ public final class KafkaTopicWatch: Sendable {
     /// Asks the brokers now and updates `status`.
     /// - Returns: the missing topics (empty when every topic exists).
     /// - Throws: `KafkaError` when the client cannot be created or the brokers do not answer within the
-    ///   timeout (`status` becomes `.unreachable`, except that a known answer is kept).
+    ///   timeout (`status` becomes `.unreachable`, except that a known answer is kept);
+    ///   `CancellationError` at once when the calling task is cancelled (the metadata request, which
+    ///   blocks, still ends on the watch's thread; its answer is dropped and `status` kept).
     @discardableResult
     public func check() async throws -> [String] {
         let properties = self.properties, timeout = self.timeout, logger = self.logger
-        let result: Result<Set<String>, KafkaError> = try await thread.run { [self] in
+        let result: Result<Set<String>, KafkaError> = try await thread.runUnlessCancelled { [self] in
             // Only this thread creates the client, so reading then storing it needs no single lock scope.
             let existing = state.withLock { $0.client }
             let client: RDKafkaMetadataClient
@@ -131,11 +133,14 @@ public final class KafkaTopicWatch: Sendable {
         }
     }
 
-    /// Checks every `interval` until the task is cancelled. Errors are logged, never thrown.
+    /// Checks every `interval` until the task is cancelled, and returns at once then (a check in
+    /// progress is not waited for). Errors are logged, never thrown.
     public func watch(every interval: Duration = .seconds(10)) async {
         while !Task.isCancelled {
             do {
                 try await check()
+            } catch is CancellationError {
+                return
             } catch {
                 logger.warning("Kafka topic check failed", ["error": "\(error)"])
             }

@@ -40,6 +40,13 @@ public struct RegistrationService: Service {
     }
 
     /// Serves `push.v1.TokenRegistry` until `shutdown` triggers, then shuts down as described on the type.
+    ///
+    /// Its concurrent work is structured: the topic watch is a child of a task group that spans the whole
+    /// call (serving, draining, flushing: calls in progress keep failing fast on a missing topic) and is
+    /// cancelled when `run` returns or throws; the background work (Kafka health probes, key reloads) is
+    /// a child of a nested group, cancelled as soon as the serving phase ends, before the drain, which
+    /// does not wait for it to end. Neither waits for a Kafka probe in progress (it ends on its own
+    /// thread), so `run` returns as soon as the flush is done.
     /// - Throws: `KafkaError` when the producer cannot be created, `HTTP2Error` when the address cannot
     ///   be bound (the producer is then destroyed first), `CancellationError` after cancellation.
     public func run(shutdown: GracefulShutdown) async throws {
@@ -48,70 +55,90 @@ public struct RegistrationService: Service {
         configuration.readiness.setProducer { producer.health.readinessInput }
         let service = TokenRegistryService(producer: producer, topic: configuration.topic, topicWatch: topicWatch, logger: logger)
         let health = GRPCHealthService(services: [TokenRegistry.serviceName])
-        let watch = Task { [topicWatch] in await topicWatch.watch() }
-        defer { watch.cancel() }
-        let server: RegistrationServer
-        do {
-            server = try RegistrationServer.start(service: service, authenticator: authenticator, health: health, configuration: configuration.server)
-        } catch {
-            await producer.shutdown(timeout: .zero)
-            throw error
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [topicWatch] in await topicWatch.watch() }
+            defer { group.cancelAll() }
+            let server: RegistrationServer
+            do {
+                server = try RegistrationServer.start(service: service, authenticator: authenticator, health: health, configuration: configuration.server)
+            } catch {
+                await producer.shutdown(timeout: .zero)
+                throw error
+            }
+            logger.info("registration-service ready", [
+                "port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on",
+                "auth": configuration.auth.disabled ? "DISABLED" : "on",
+            ])
+            onListening(server.port)
+            configuration.readiness.setPhase(.running)
+            try await serve(server, producer: producer, authenticator: authenticator, health: health, until: shutdown)
         }
-        logger.info("registration-service ready", [
-            "port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on",
-            "auth": configuration.auth.disabled ? "DISABLED" : "on",
-        ])
-        onListening(server.port)
-        configuration.readiness.setPhase(.running)
+    }
 
-        // Background work that ends with the serving phase: Kafka health probes and key reloads.
-        let background = Task {
-            await withDiscardingTaskGroup { group in
-                group.addTask { await Self.monitorKafka(producer, health: health, every: configuration.healthProbeInterval, logger: logger) }
-                if !configuration.auth.disabled {
-                    group.addTask { await Self.watchKeys(authenticator, file: configuration.auth.keysFile, every: configuration.keysReloadInterval) }
+    /// Runs the background work beside the serving phase, then drains `server` and flushes `producer`
+    /// (see the type).
+    ///
+    /// The background work (Kafka health probes every `Configuration.healthProbeInterval`, and key
+    /// reloads unless authentication is disabled) is a child of this call's task group: the group is
+    /// cancelled as soon as `shutdown` triggers, before the health service enters shutdown and the drain
+    /// begins; the drain and the flush go on while the children end (cancelling the group does not cancel
+    /// this task), and the group awaits them before returning.
+    /// - Throws: `CancellationError` after cancellation (connections dropped, producer destroyed without flushing).
+    private func serve(
+        _ server: RegistrationServer, producer: KafkaProducer, authenticator: RegistrationAuthenticator, health: GRPCHealthService,
+        until shutdown: GracefulShutdown
+    ) async throws {
+        try await withThrowingDiscardingTaskGroup { background in
+            background.addTask { await Self.monitorKafka(producer, health: health, every: configuration.healthProbeInterval, logger: logger) }
+            if !configuration.auth.disabled {
+                background.addTask { await Self.watchKeys(authenticator, file: configuration.auth.keysFile, every: configuration.keysReloadInterval) }
+            }
+
+            await shutdown.wait()  // returns on the trigger, or at once on cancellation
+            configuration.readiness.setPhase(.stopping)
+            background.cancelAll()
+            health.enterShutdown()
+
+            if !Task.isCancelled {
+                logger.notice("registration-service draining: no new calls, finishing calls in progress", [
+                    "drain_timeout": "\(configuration.drainTimeout)",
+                ])
+                await withTaskCancellationHandler {
+                    await server.shutdown(gracePeriod: configuration.drainTimeout)
+                } onCancel: {
+                    server.close()
                 }
             }
-        }
-        defer { background.cancel() }
-
-        await shutdown.wait()  // returns on the trigger, or at once on cancellation
-        configuration.readiness.setPhase(.stopping)
-        background.cancel()
-        health.enterShutdown()
-
-        if !Task.isCancelled {
-            logger.notice("registration-service draining: no new calls, finishing calls in progress", [
-                "drain_timeout": "\(configuration.drainTimeout)",
-            ])
-            await withTaskCancellationHandler {
-                await server.shutdown(gracePeriod: configuration.drainTimeout)
-            } onCancel: {
+            if Task.isCancelled {
+                logger.warning("registration-service cancelled: dropping connections and unflushed events")
                 server.close()
+                await producer.shutdown(timeout: .zero)
+                throw CancellationError()
             }
+            logger.info("registration-service flushing the Kafka producer", [
+                "pending": "\(producer.pendingCount)", "flush_timeout": "\(configuration.flushTimeout)",
+            ])
+            await producer.shutdown(timeout: configuration.flushTimeout)
+            logger.info("registration-service stopped")
         }
-        if Task.isCancelled {
-            logger.warning("registration-service cancelled: dropping connections and unflushed events")
-            server.close()
-            await producer.shutdown(timeout: .zero)
-            throw CancellationError()
-        }
-        logger.info("registration-service flushing the Kafka producer", [
-            "pending": "\(producer.pendingCount)", "flush_timeout": "\(configuration.flushTimeout)",
-        ])
-        await producer.shutdown(timeout: configuration.flushTimeout)
-        logger.info("registration-service stopped")
     }
 
     /// Probes Kafka (metadata request on a thread of its own) every `interval` and sets the health
-    /// status: SERVING while a broker answers, NOT_SERVING otherwise. Returns on cancellation.
+    /// status: SERVING while a broker answers, NOT_SERVING otherwise. Returns at once on cancellation,
+    /// also while a probe is in progress (`DedicatedThread.runUnlessCancelled`).
     static func monitorKafka(_ producer: KafkaProducer, health: GRPCHealthService, every interval: Duration, logger: Logger) async {
         let thread = DedicatedThread(name: "kafka-health")
         defer { thread.shutdown() }
         let timeout = max(interval, .seconds(1))
         var last: GRPCHealthService.Status?
         while !Task.isCancelled {
-            let reachable = (try? await thread.run { producer.brokersReachable(timeout: timeout) }) ?? false
+            let reachable: Bool
+            do {
+                // A probe in progress is not waited for on cancellation: it ends on the thread.
+                reachable = try await thread.runUnlessCancelled { producer.brokersReachable(timeout: timeout) }
+            } catch {
+                return  // cancelled (the thread is shut down only when this returns)
+            }
             let status: GRPCHealthService.Status = reachable ? .serving : .notServing
             if status != last {
                 health.setStatus(status)

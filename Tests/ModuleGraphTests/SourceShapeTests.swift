@@ -45,9 +45,6 @@ import Testing
             "RegistrationServiceCore/RegistrationServer.swift": 1,
             // A deferred admin answer and its deadline, started from libmicrohttpd's thread.
             "AdminHTTP/AdminServer.swift": 2,
-            // Inside RegistrationService.run(): the topic watch and the background group run beside
-            // the serving phase and are cancelled when it ends; they are to be children of one group.
-            "RegistrationServiceCore/RegistrationService.swift": 2,
             // The development broker's wait for SIGTERM/SIGINT beside its stdin commands.
             "KafkaDevBroker/KafkaDevBroker.swift": 1,
         ],

@@ -79,6 +79,31 @@ struct RegistrationServiceLifecycleTests {
         await connection.close()
     }
 
+    /// With Kafka unreachable, the topic watch's metadata request (10 s timeout) and a health probe (5 s)
+    /// are in progress when graceful shutdown starts: `run` waits for neither (they end on their own
+    /// threads), so the group ends gracefully at once, as when they were unstructured tasks.
+    @Test func gracefulShutdownDoesNotWaitForKafkaProbesInProgress() async throws {
+        var settings = RegistrationService.Configuration(
+            producer: .init(bootstrapServers: ["127.0.0.1:1"]), server: .init(http2: .init(host: "127.0.0.1", port: 0)))
+        settings.fitShutdown(into: .seconds(20))
+        settings.auth.disabled = true
+        settings.healthProbeInterval = .seconds(5)
+        let port = Mutex<Int?>(nil)
+        let service = RegistrationService(configuration: settings, logger: logger) { bound in port.withLock { $0 = bound } }
+        let group = ServiceGroup(services: [service], configuration: .init(signals: [], gracePeriod: .seconds(20)), logger: logger)
+        let run = Task { try await group.run() }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while port.withLock({ $0 }) == nil && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        _ = try #require(port.withLock { $0 })
+        try await Task.sleep(for: .milliseconds(500))  // the first topic check and health probe are blocked now
+        #expect(service.topicWatch.status == .unknown)
+        let clock = ContinuousClock()
+        let start = clock.now
+        group.triggerGracefulShutdown()
+        #expect(try await run.value == .graceful)
+        #expect(clock.now - start < .seconds(3))
+    }
+
     @Test func aBindFailureInRunEndsTheGroupWithTheError() async throws {
         let cluster = try KafkaMockCluster(brokers: 1)
         // Keep a port busy: the service must fail in `run`, not when it is created.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import ServiceCore
 
@@ -63,6 +64,40 @@ import Testing
         struct Boom: Error {}
         let thread = DedicatedThread(name: "test-throws")
         await #expect(throws: Boom.self) { try await thread.run { () throws -> Int in throw Boom() } }
+        await #expect(throws: Boom.self) { try await thread.runUnlessCancelled { () throws -> Int in throw Boom() } }
+    }
+
+    /// `runUnlessCancelled`: returns the job's result; a cancelled caller stops waiting at once while the
+    /// job (2 s of blocking) still runs to its end on the thread; an already cancelled caller and a shut
+    /// down thread get `CancellationError`.
+    @Test func runUnlessCancelledStopsWaitingOnCancellation() async throws {
+        let thread = DedicatedThread(name: "test-unless-cancelled")
+        #expect(try await thread.runUnlessCancelled { 7 } == 7)
+        let finished = Mutex(false)
+        let waiting = Task {
+            try await thread.runUnlessCancelled { () -> Int in
+                usleep(2_000_000)
+                finished.withLock { $0 = true }
+                return 1
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let clock = ContinuousClock()
+        let start = clock.now
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        #expect(clock.now - start < .seconds(1))
+        #expect(!finished.withLock { $0 })
+        _ = try await thread.run { 0 }  // queued behind the abandoned job: it ran to its end
+        #expect(finished.withLock { $0 })
+
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await thread.runUnlessCancelled { 1 }
+        }
+        await #expect(throws: CancellationError.self) { try await early.value }
+        thread.shutdown()
+        await #expect(throws: CancellationError.self) { try await thread.runUnlessCancelled { 1 } }
     }
 }
 
