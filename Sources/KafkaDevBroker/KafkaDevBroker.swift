@@ -162,6 +162,8 @@ public enum KafkaDevBroker {
             server = try ControlServer(port: port, controller: controller, logger: logger)
             output.write("control=127.0.0.1:\(server!.port)")
         }
+        // Subscribed before `ready`, so a SIGTERM sent as soon as a script reads `ready` is not lost.
+        let terminations = ProcessSignals.signals([SIGTERM, SIGINT])
         output.write("ready")
         logger.info("dev broker ready", ["bootstrap": cluster.bootstrapServers, "brokers": String(options.brokers)])
 
@@ -174,18 +176,38 @@ public enum KafkaDevBroker {
         stdinThread.name = "dev-broker-stdin"
         stdinThread.start()
 
-        let stop = AsyncStream<String>.makeStream()
-        controller.onQuit = { stop.continuation.yield("quit") }
-        Task {
-            let signal = await ProcessSignals.waitForTermination()
-            stop.continuation.yield("signal \(signal)")
-        }
-        var reasons = stop.stream.makeAsyncIterator()
-        let reason = await reasons.next() ?? "end"
+        let quit = AsyncStream<Void>.makeStream()
+        controller.onQuit = { quit.continuation.yield() }
+        let reason = await firstStopReason(terminations: terminations, quit: quit.stream)
         logger.info("dev broker stopping", ["reason": reason])
         server?.stop()
         if let path = options.bootstrapFile { try? FileManager.default.removeItem(atPath: path) }
         withExtendedLifetime(cluster) {}
+    }
+}
+
+extension KafkaDevBroker {
+    /// Waits for the first reason to stop: a signal from `terminations`, or `quit` (the `quit` command,
+    /// from stdin or a control connection). Each is a child of one task group; the other is cancelled
+    /// once one returns (both streams end on cancellation).
+    /// - Returns: `"signal N"` (N the signal number), `"quit"`, or `"end"` when the calling task was
+    ///   cancelled or both streams finished first.
+    static func firstStopReason(terminations: AsyncStream<Int32>, quit: AsyncStream<Void>) async -> String {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                for await signal in terminations { return "signal \(signal)" }
+                return nil
+            }
+            group.addTask {
+                for await _ in quit { return "quit" }
+                return nil
+            }
+            defer { group.cancelAll() }
+            for await reason in group {
+                if let reason { return reason }
+            }
+            return "end"
+        }
     }
 }
 

@@ -22,6 +22,20 @@ struct KafkaDevBrokerTests {
         #expect(throws: KafkaError.self) { try KafkaDevBroker.Options(arguments: ["--brokers", "0"]) }
     }
 
+    /// The first of a signal and `quit` is the reason to stop, and the other wait is cancelled (without
+    /// that the group would never return); a cancelled caller gets `end`.
+    @Test func theFirstStopReasonWinsAndTheOtherWaitEnds() async {
+        let quit = AsyncStream<Void>.makeStream()
+        quit.continuation.yield()
+        #expect(await KafkaDevBroker.firstStopReason(terminations: AsyncStream.makeStream().stream, quit: quit.stream) == "quit")
+        let signals = AsyncStream<Int32>.makeStream()
+        signals.continuation.yield(SIGTERM)
+        #expect(await KafkaDevBroker.firstStopReason(terminations: signals.stream, quit: AsyncStream.makeStream().stream) == "signal \(SIGTERM)")
+        let waiting = Task { await KafkaDevBroker.firstStopReason(terminations: AsyncStream.makeStream().stream, quit: AsyncStream.makeStream().stream) }
+        waiting.cancel()
+        #expect(await waiting.value == "end")
+    }
+
     @Test func controlPortTakesBrokersDownAndUpAndSIGTERMStopsIt() async throws {
         let executable = TestSupport.packageRoot.appendingPathComponent(".build/debug/kafka-dev-broker").path
         try #require(FileManager.default.isExecutableFile(atPath: executable), "build the executable first: swift build --product kafka-dev-broker")

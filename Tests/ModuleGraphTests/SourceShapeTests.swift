@@ -45,8 +45,6 @@ import Testing
             "RegistrationServiceCore/RegistrationServer.swift": 1,
             // A deferred admin answer and its deadline, started from libmicrohttpd's thread.
             "AdminHTTP/AdminServer.swift": 2,
-            // The development broker's wait for SIGTERM/SIGINT beside its stdin commands.
-            "KafkaDevBroker/KafkaDevBroker.swift": 1,
         ],
     ]
 
