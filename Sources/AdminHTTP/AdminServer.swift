@@ -14,11 +14,12 @@ import Synchronization
 ///   the executable enabled them), else 404.
 /// - `GET <prefix>…` of each `AdminEndpoints.asyncRoutes` entry (the dispatcher's
 ///   `/v1/requests/<id>`): the connection is suspended (`MHD_suspend_connection`, the daemon runs with
-///   `MHD_ALLOW_SUSPEND_RESUME`), the handler runs as a Swift task, and its answer is stored and the
-///   connection resumed; libmicrohttpd then calls the access handler again on its own thread, which
-///   queues the stored answer. No answer within `AdminEndpoints.asyncTimeout`: 503. `stop()` answers
-///   every suspended request with 503 and resumes it before stopping the daemon, as libmicrohttpd
-///   requires.
+///   `MHD_ALLOW_SUSPEND_RESUME`) and the call handed to `serve()`, which runs the handler as a child
+///   task of its task group; its answer is stored and the connection resumed; libmicrohttpd then calls
+///   the access handler again on its own thread, which queues the stored answer. No answer within
+///   `AdminEndpoints.asyncTimeout`: 503 (and the handler is cancelled). `stop()` answers every
+///   suspended request with 503 and resumes it before stopping the daemon, as libmicrohttpd requires.
+///   These routes are answered only while `serve()` runs (`AdminService.run` runs it).
 ///
 /// Built on libmicrohttpd (Debian's libmicrohttpd12) with its own polling thread
 /// (`MHD_USE_INTERNAL_POLLING_THREAD`), a connection limit (`MHD_OPTION_CONNECTION_LIMIT`) and an idle
@@ -78,8 +79,21 @@ public final class AdminServer: Sendable {
         return AdminServer(port: port == 0 ? configuration.port : port, daemon: DaemonHandle(daemon), context: context)
     }
 
+    /// Runs the handlers of async routes until `stop()` (or until the calling task is cancelled).
+    ///
+    /// Each suspended request is one child task of this call's task group, itself a group of two
+    /// children: the handler and its deadline (`AdminEndpoints.asyncTimeout`); whichever ends first
+    /// answers, and the other is cancelled. Requests wait for `serve()` in an unbounded buffer, held to
+    /// the connection limit by libmicrohttpd (one per suspended connection). Once `stop()` answered
+    /// every suspended request with 503, the handlers still running are cancelled and awaited.
+    /// Call it once per server (the requests' stream has one reader).
+    public func serve() async {
+        await context.takeUnretainedValue().serve()
+    }
+
     /// Stops listening and closes connections (`MHD_stop_daemon`, which waits for its thread).
-    /// Suspended requests of async routes are answered 503 and resumed first. Idempotent.
+    /// Suspended requests of async routes are answered 503 and resumed first, and `serve()` returns
+    /// once their handlers ended. Idempotent.
     public func stop() {
         context.takeUnretainedValue().resumeAll(with: AdminServer.unavailable("the server is stopping"))
         daemon.stop()
@@ -107,13 +121,49 @@ private final class DaemonHandle: @unchecked Sendable {
 }
 
 /// What the access handler reaches through its unretained context pointer; retained by the server
-/// (`AdminServer.context`) until the daemon stopped, and by the tasks of deferred answers.
+/// (`AdminServer.context`) until the daemon stopped.
 private final class RequestContext: Sendable {
     let endpoints: AdminEndpoints
     /// Suspended connections waiting for their answer; `stopped` once `resumeAll` ran.
     private let waiting = Mutex<(stopped: Bool, answers: [ObjectIdentifier: DeferredAnswer])>((false, [:]))
+    /// Deferred calls from libmicrohttpd's thread to `serve()`; finished by `resumeAll`.
+    private let calls = AsyncStream<DeferredCall>.makeStream(bufferingPolicy: .unbounded)
 
     init(endpoints: AdminEndpoints) { self.endpoints = endpoints }
+
+    /// Hands a suspended request's handler to `serve()` (on libmicrohttpd's thread). After `resumeAll`
+    /// the call is dropped: its request was answered 503.
+    func enqueue(_ call: DeferredCall) {
+        calls.continuation.yield(call)
+    }
+
+    /// See `AdminServer.serve()`.
+    func serve() async {
+        let timeout = endpoints.asyncTimeout
+        await withDiscardingTaskGroup { group in
+            for await call in calls.stream {
+                group.addTask { await self.answer(call, timeout: timeout) }
+            }
+            group.cancelAll()  // stopped: every request was answered 503; a handler's late answer is dropped
+        }
+    }
+
+    /// Runs `call`'s handler beside its deadline; the first to end answers and the other is cancelled.
+    private func answer(_ call: DeferredCall, timeout: Duration) async {
+        await withTaskGroup(of: AdminResponse?.self) { group in
+            group.addTask { await call.work() }
+            group.addTask {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return nil }
+                return AdminServer.unavailable("no answer within \(timeout.wholeMilliseconds) ms")
+            }
+            while let next = await group.next() {
+                guard let response = next else { continue }  // the deadline, cancelled
+                complete(call.answer, with: response)
+                break
+            }
+            group.cancelAll()
+        }
+    }
 
     /// Registers a request about to be suspended.
     /// - Returns: false when the server is stopping (answer at once instead).
@@ -141,17 +191,23 @@ private final class RequestContext: Sendable {
             for answer in state.answers.values { answer.resume(with: response) }
             state.answers.removeAll()
         }
+        calls.continuation.finish()
     }
+}
+
+/// A suspended request and the handler that answers it.
+private struct DeferredCall: Sendable {
+    let answer: DeferredAnswer
+    let work: @Sendable () async -> AdminResponse
 }
 
 /// The answer of one suspended request. `@unchecked Sendable`: `connection` is only passed to
 /// `MHD_resume_connection`, which libmicrohttpd allows from any thread for a suspended connection,
 /// once (under `RequestContext`'s lock, which also guarantees the connection is still suspended);
-/// `response` and `timer` are behind locks.
+/// `response` is behind a lock.
 private final class DeferredAnswer: @unchecked Sendable {
     private let connection: OpaquePointer
     private let response = Mutex<AdminResponse?>(nil)
-    let timer = Mutex<Task<Void, Never>?>(nil)
 
     init(connection: OpaquePointer) { self.connection = connection }
 
@@ -160,7 +216,6 @@ private final class DeferredAnswer: @unchecked Sendable {
 
     func resume(with answer: AdminResponse) {
         response.withLock { $0 = answer }
-        timer.withLock { $0?.cancel() }
         MHD_resume_connection(connection)
     }
 }
@@ -202,14 +257,7 @@ private func adminAccessHandler(
         // resume is processed by this very thread once the handler returned).
         connectionContext.pointee = Unmanaged.passRetained(answer).toOpaque()
         MHD_suspend_connection(connection)
-        let timeout = context.endpoints.asyncTimeout
-        answer.timer.withLock { timer in
-            timer = Task {
-                guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                context.complete(answer, with: AdminServer.unavailable("no answer within \(timeout.wholeMilliseconds) ms"))
-            }
-        }
-        Task { context.complete(answer, with: await work()) }
+        context.enqueue(DeferredCall(answer: answer, work: work))
         return MHD_Result(rawValue: 1)!  // MHD_YES
     }
 }

@@ -26,12 +26,17 @@ public struct AdminService: Service {
         self.logger = logger
     }
 
-    /// Listens until `shutdown` triggers.
+    /// Listens until `shutdown` triggers; the async routes' handlers run as children of this call's task
+    /// group (`AdminServer.serve()`). On the trigger (or cancellation) the server stops: suspended
+    /// requests are answered 503, their handlers cancelled and awaited.
     /// - Throws: `EnvironmentConfig.Error` naming `PUSH_ADMIN_PORT` when the port cannot be bound.
     public func run(shutdown: GracefulShutdown) async throws {
         let server = try AdminServer.start(settings: settings, readiness: readiness, testHooks: testHooks, asyncRoutes: asyncRoutes)
         logger.info("admin port listening", ["admin_port": "\(server.port)"])
-        await shutdown.wait()
-        server.stop()
+        await withDiscardingTaskGroup { group in
+            group.addTask { await server.serve() }
+            await shutdown.wait()
+            server.stop()
+        }
     }
 }

@@ -207,6 +207,7 @@ import Testing
         let gate = Gate()
         let server = try Self.start(Self.asyncEndpoints(gate))
         defer { server.stop() }
+        async let serving: Void = server.serve()
         async let waiting = Self.requestOffPool("GET", "/v1/things/a%20b", port: server.port)
         try await Self.waitUntil("the handler to start") { gate.entered == 1 }
         // The suspended request holds neither the server's thread nor its answer.
@@ -225,11 +226,14 @@ import Testing
         async let one = Self.requestOffPool("GET", "/v1/things/1", port: server.port)
         async let two = Self.requestOffPool("GET", "/v1/things/2", port: server.port)
         #expect(try await [one.body, two.body] == [#"{"thing":"1"}"#, #"{"thing":"2"}"#])
+        server.stop()
+        await serving  // returns once stopped
     }
 
     @Test func anAsyncRouteWithoutAnAnswerInTimeGets503AndStopDoesNotHang() async throws {
         let gate = Gate()
         let server = try Self.start(Self.asyncEndpoints(gate, timeout: .milliseconds(300)))
+        async let serving: Void = server.serve()
         let started = ContinuousClock.now
         let late = try await Self.requestOffPool("GET", "/v1/things/slow", port: server.port)
         #expect(late.status == 503 && late.headers["content-type"] == "application/json")
@@ -238,6 +242,7 @@ import Testing
         // The server still answers, and stopping with a request suspended neither hangs nor crashes.
         #expect(try await Self.requestOffPool("GET", "/metrics", port: server.port).status == 200)
         let waitingServer = try Self.start(Self.asyncEndpoints(gate))
+        async let waitingServing: Void = waitingServer.serve()
         async let pending = try? Self.requestOffPool("GET", "/v1/things/stuck", port: waitingServer.port)
         try await Self.waitUntil("the handler to start") { gate.entered == 2 }
         let stopping = ContinuousClock.now
@@ -245,7 +250,27 @@ import Testing
         server.stop()
         #expect(ContinuousClock.now - stopping < .seconds(30))
         if let answer = await pending { #expect(answer.status == 503) }
+        gate.open()  // the handlers ignore cancellation: serve() returns once they end
+        await serving
+        await waitingServing
+    }
+
+    /// Without `serve()` nothing answers an async route, so each handler and its deadline are children of
+    /// `serve()`'s task group: cancelling the task that runs it ends the deadline children at once and
+    /// the handlers once they return, and `serve()` returns.
+    @Test func serveRunsTheHandlersAsItsChildren() async throws {
+        let gate = Gate()
+        let server = try Self.start(Self.asyncEndpoints(gate, timeout: .seconds(60)))
+        defer { server.stop() }
+        let serving = Task { await server.serve() }
+        async let pending = try? Self.requestOffPool("GET", "/v1/things/child", port: server.port)
+        try await Self.waitUntil("the handler to start") { gate.entered == 1 }
+        serving.cancel()
         gate.open()
+        let started = ContinuousClock.now
+        await serving.value
+        #expect(ContinuousClock.now - started < .seconds(30))  // not the 60 s deadline
+        #expect(await pending?.status == 200)
     }
 
     @Test func aTakenPortIsAClearError() throws {

@@ -43,8 +43,6 @@ import Testing
             "GRPC/GRPCServer.swift": 4,
             // The JSON gateway's answer, started from the same callback.
             "RegistrationServiceCore/RegistrationServer.swift": 1,
-            // A deferred admin answer and its deadline, started from libmicrohttpd's thread.
-            "AdminHTTP/AdminServer.swift": 2,
         ],
     ]
 

@@ -54,6 +54,7 @@ import Testing
                     : AdminResponse(status: 404, contentType: AdminResponse.json, body: #"{"error":"not_found"}"# + "\n")
             }]))
         defer { server.stop() }
+        async let serving: Void = server.serve()
         let answer = try await AdminPortClient.get("http://127.0.0.1:\(server.port)", path: "/v1/channels/com.example.scores", option: "dispatcher")
         #expect(answer.status == 200 && answer.body == body + "\n")
         #expect(ChannelCommands.lines(answer.body) == "m1  production  active  Y2g=  NO_MESSAGE_STORED  delete_at_ms=0")
@@ -62,5 +63,7 @@ import Testing
         // An address nothing listens on: exit status 3 (unavailable), naming the address.
         let unreachable = await #expect(throws: PushCtlError.self) { try await AdminPortClient.get("http://127.0.0.1:1", path: "/", option: "dispatcher") }
         #expect(unreachable?.exitCode == .unavailable && unreachable?.message.contains("127.0.0.1:1") == true)
+        server.stop()
+        await serving
     }
 }
