@@ -68,8 +68,9 @@ public final class CampaignRunner: Service {
     /// Takes and runs due campaigns until `shutdown` triggers (no new campaign is taken; running ones
     /// stop sending, finish what is in flight and release their lease, their unfinished page redone by
     /// the next holder) or the task is cancelled (sends in flight are abandoned). Campaigns (their
-    /// pages and sends, child tasks all) run on the lowered threads; the lease renewals, unstructured
-    /// tasks, stay on the cooperative pool so that a busy machine never makes a holder lose its lease.
+    /// pages and sends, child tasks all) run on the lowered threads; the lease renewals, child tasks
+    /// that prefer the global concurrent executor, stay on the cooperative pool so that a busy
+    /// machine never makes a holder lose its lease.
     public func run(shutdown: GracefulShutdown) async {
         await withTaskExecutorPreference(executor) { await self.takeAndRun(shutdown) }
     }
@@ -130,9 +131,10 @@ public final class CampaignRunner: Service {
         runningGauge.increment()
         leaseEvents.increment(labels: ["taken"])
         defer { runningGauge.decrement() }
-        // The renewal runs beside the sending as a child task, for as long as the campaign is held.
+        // The renewal runs beside the sending as a child task, for as long as the campaign is held. A
+        // child inherits the campaign's lowered executor: the renewal asks for the cooperative pool.
         let finished = await withTaskGroup(of: Void.self) { group -> Bool in
-            group.addTask { await self.renewLoop(holder) }
+            group.addTask { await withTaskExecutorPreference(globalConcurrentExecutor) { await self.renewLoop(holder) } }
             defer { group.cancelAll() }
             do {
                 return try await send(record, holder: holder, shutdown: shutdown)
