@@ -178,6 +178,31 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
+        /// A request's first handling (its fingerprint recorded now) reads no progress: nothing of it
+        /// can be stored yet. The same request read again after it finished reads its progress (one
+        /// `progress` batch), finds it completed and sends nothing (docs/dispatcher-engine.md "Records
+        /// handled again").
+        @Test func onlyARequestHandledBeforeHasItsProgressRead() async throws {
+            let world = try await EngineWorld()
+            let engine = try world.startEngine { $0.maxInFlightPerPartition = 1 }
+            func progressBatches() -> Double { MetricsRegistry.shared.value("push_batch_items", labels: ["progress"]) ?? 0 }
+            let before = progressBatches()
+            let token = EngineWorld.token("a1"), later = EngineWorld.token("a2")
+            try await world.send("first-1", to: [token])
+            try await eventually("the request completed and was recorded") {
+                try await world.count("SELECT count(*) FROM request_completions WHERE request_id = $1", "first-1") == 1
+            }
+            #expect(progressBatches() == before, "a first handling reads no progress")
+            try await world.send("first-1", to: [token])
+            try await world.send("first-2", to: [later])
+            try await eventually("the request behind the redelivered one completed") { world.feedback.completions("first-2").count == 1 }
+            #expect(progressBatches() == before + 1, "only the redelivered request's progress was read")
+            #expect(world.feedback.completions("first-1").count == 1)
+            #expect(Self.received(world, token) == 1)
+            try await engine.stop()
+            await world.close()
+        }
+
         /// The uncommitted span's cap (here 1 record): a notification APNs asks to retry is parked at
         /// once (`pending_retries` row written) and its record finishes, so the partition moves on; the
         /// parked row is re-driven once Apple answers again, recorded in `send_log`, and the request's one

@@ -159,7 +159,10 @@ extension DispatcherEngineSuites {
             let world = try await EngineWorld()
             let tokens = (0..<30).map { EngineWorld.token("d1", $0) }
             try await Self.register(tokens, user: "resumed", in: world)
-            // What the partial run recorded: the first 10 pages' worth in token order and two further on.
+            // What the partial run recorded: the request's fingerprint (a handling records it before
+            // anything else), then the first 10 pages' worth in token order and two further on.
+            let request = Self.request("resumed", to: ["resumed"])
+            _ = try await world.store.recordFingerprints([("resumed", RequestFingerprint.of(request))])
             let recorded = Array(tokens.prefix(10)) + [tokens[17], tokens[29]]
             for token in recorded {
                 var report = DeliveryReport()
@@ -176,7 +179,7 @@ extension DispatcherEngineSuites {
                 #expect(try await world.store.recordOutcome(report, event: event.serializedBytes()))
             }
             let engine = try world.startEngine { $0.userPageSize = Self.pageSize }
-            _ = try await world.produceRequest(Self.request("resumed", to: ["resumed"]))
+            _ = try await world.produceRequest(request)
             try await eventually("the request completed") { world.feedback.completions("resumed").count == 1 }
             let completed = try #require(world.feedback.completions("resumed").first)
             #expect((completed.total, completed.delivered) == (30, 30))

@@ -22,9 +22,11 @@ extension SendRequestProcessor {
     /// cancelled before it was sent is `SKIPPED` with `OUTCOME_REASON_CANCELLED`.
     /// - Throws: `PostgresError`, `KafkaError` (the caller retries the whole request, which finds the
     ///   row), `CancellationError` (the intent row stays `PENDING`: the broadcast may have left).
-    func processBroadcast(_ request: SendRequest, channelID: String, notification: Notification, consumedAtMs: Int64) async throws -> RecordOutcome {
+    func processBroadcast(_ request: SendRequest, channelID: String, notification: Notification, consumedAtMs: Int64,
+                          firstHandling: Bool = false) async throws -> RecordOutcome {
         let logger = logger.with(["request_id": request.requestID, "channel_id": channelID])
-        if try await completedLoader.submit(request.requestID) {
+        // A first handling (`process`'s `firstHandling`) cannot have completed before.
+        if !firstHandling, try await completedLoader.submit(request.requestID) {
             logger.info("request already completed: not handled again", [:])
             return .finished
         }

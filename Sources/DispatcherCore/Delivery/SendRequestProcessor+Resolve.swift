@@ -26,6 +26,28 @@ extension SendRequestProcessor {
             tokens, bundleID: template.bundleID, kind: template.tokenKindName, environment: environment))
     }
 
+    /// The first batch of an immediate request's targets (`resolveFirst`), read before the request
+    /// was claimed so that the read overlaps the request id's check (`Dispatcher.handleSendRequest`).
+    struct FirstTargets: Sendable {
+        var batch: DeliveryBatch
+        /// What is left to read of a `user_ids` request's tokens.
+        var more: UserTokenPages?
+    }
+
+    /// `resolveFirst` for a request with device tokens or user ids; nil for any other (a broadcast, an
+    /// audience, a request without a notification or target), whose handling reads what it needs.
+    /// - Throws: `PostgresError`.
+    func lookUpFirstTargets(_ request: SendRequest, template: NotificationTemplate) async throws -> FirstTargets? {
+        guard let notification = request.notification, let target = request.target else { return nil }
+        switch target {
+        case .deviceTokens, .userIDs:
+            let (batch, more) = try await resolveFirst(target, template: template, environment: notification.environment.apnsEnvironment)
+            return FirstTargets(batch: batch, more: more)
+        case .audience, .channelID:
+            return nil
+        }
+    }
+
     /// The first batch of a request's targets: the active tokens of its users (of the app, kind and
     /// environment) from their first read (`UserTokenPages`; `more` says what is left to read), or its
     /// device tokens each with a stored row, a default row (never registered) or an outcome known

@@ -159,6 +159,11 @@ public final class SendRequestProcessor: Sendable {
     ///   - template: the notification template `SendRequestDecoder`'s check built for `request`
     ///     (`CheckedSendRequest`); nil builds it here.
     ///   - consumedAtMs: when the record was consumed, for requests without `created_at_ms`.
+    ///   - firstHandling: this handling recorded the request's fingerprint (`request_fingerprints`,
+    ///     none was there): nothing of the request can be stored yet, since every row of a request is
+    ///     written after its fingerprint, so its earlier progress is not read (docs/dispatcher-engine.md
+    ///     "Records handled again"). False reads it.
+    ///   - firstTargets: the request's first targets when they were read already (`lookUpFirstTargets`).
     ///   - retryContext: where a notification waiting for an APNs retry waits (its record's partition,
     ///     the cap on its uncommitted span); see `HotPathRetryWaiter`.
     ///   - shouldStop: asked before each notification starts; once it answers true, no further
@@ -168,24 +173,38 @@ public final class SendRequestProcessor: Sendable {
     ///   says REQUEST_STATUS_CANCELLED.
     /// - Throws: only infrastructure errors (`PostgresError`, `KafkaError`) and `CancellationError`; the
     ///   caller retries the whole request, which is idempotent through `send_log` and `pending_retries`.
-    func process(_ request: SendRequest, template checked: NotificationTemplate? = nil, consumedAtMs: Int64, retryContext: RetryContext = .unbounded(),
-                 shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
+    func process(_ request: SendRequest, template checked: NotificationTemplate? = nil, consumedAtMs: Int64, firstHandling: Bool = false,
+                 firstTargets: FirstTargets? = nil, retryContext: RetryContext = .unbounded(), shouldStop: @escaping @Sendable () -> Bool = { false }) async throws -> RecordOutcome {
         guard let notification = request.notification, let target = request.target else { return .finished }
         if case .channelID(let channelID) = target {
-            return try await processBroadcast(request, channelID: channelID, notification: notification, consumedAtMs: consumedAtMs)
+            return try await processBroadcast(
+                request, channelID: channelID, notification: notification, consumedAtMs: consumedAtMs, firstHandling: firstHandling)
         }
         // Every line about this request carries its id and trace id (docs/observability.md).
         let logger = logger.with(["request_id": request.requestID, "trace_id": TraceParent(request.traceParent)?.traceID ?? ""])
         let template = try checked ?? NotificationTemplate(notification, requestID: request.requestID)
         let requestedAtMs = request.createdAtMs > 0 ? request.createdAtMs : consumedAtMs
         metrics.observe(.consumed, requestedAtMs: requestedAtMs, nowMs: consumedAtMs)
-        // The look-ups are batched with those of other requests running at the same time; the
-        // progress read also says whether the request finished before (request_completions).
-        async let progressLookup = progressLoader.submit(
-            PendingRetryStore.ProgressRead(requestID: request.requestID, requestedAtMs: request.createdAtMs))
+        // The look-ups are batched with those of other requests running at the same time. A request
+        // handled before has its progress read beside its first tokens; the read also says whether
+        // it finished before (request_completions). A first handling has none to read.
         let environment = notification.environment.apnsEnvironment
-        let (batch, more) = try await resolveFirst(target, template: template, environment: environment)
-        let progress = try await progressLookup
+        let batch: DeliveryBatch, more: UserTokenPages?, progress: PendingRetryStore.RequestProgress
+        let read = PendingRetryStore.ProgressRead(requestID: request.requestID, requestedAtMs: request.createdAtMs)
+        switch (firstHandling, firstTargets) {
+        case (true, let first?):
+            (batch, more, progress) = (first.batch, first.more, PendingRetryStore.RequestProgress())
+        case (true, nil):
+            (batch, more) = try await resolveFirst(target, template: template, environment: environment)
+            progress = PendingRetryStore.RequestProgress()
+        case (false, let first?):
+            (batch, more) = (first.batch, first.more)
+            progress = try await progressLoader.submit(read)
+        case (false, nil):
+            async let progressLookup = progressLoader.submit(read)
+            (batch, more) = try await resolveFirst(target, template: template, environment: environment)
+            progress = try await progressLookup
+        }
         metrics.observe(.resolved, requestedAtMs: requestedAtMs, nowMs: clock.nowMilliseconds())
         if progress.completed {
             // Finished before (its offset commit was lost, or the producer sent it twice): every report

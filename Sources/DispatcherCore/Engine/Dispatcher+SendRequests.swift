@@ -48,9 +48,21 @@ extension Dispatcher {
             // Idempotency: the same request id must ask for the same thing (docs/contracts.md
             // "Request ids"); another notification under a used id is not a repeat.
             let fingerprint = RequestFingerprint.of(request)
-            if let earlier = try await fingerprints.submit(FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)),
-               earlier != fingerprint
-            {
+            let check = FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)
+            let earlier: [UInt8]?
+            var firstTargets: SendRequestProcessor.FirstTargets?
+            if let template = checked.template, !CampaignRunner.isCampaign(request, nowMs: nowMs) {
+                // An immediate request's first tokens are read while its id is checked: the read
+                // changes nothing and is dropped when the id was used for another request
+                // (docs/dispatcher-engine.md "Batched I/O").
+                let immediate = request
+                async let lookup = processor.lookUpFirstTargets(immediate, template: template)
+                earlier = try await fingerprints.submit(check)
+                firstTargets = try await lookup
+            } else {
+                earlier = try await fingerprints.submit(check)
+            }
+            if let earlier, earlier != fingerprint {
                 logger.warning("send request refused: its request id was used for another notification", [
                     "request_id": request.requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)", "trace_id": trace.traceID,
                 ])
@@ -68,11 +80,15 @@ extension Dispatcher {
             let requestID = request.requestID
             // An earlier handling of this request still running here (its partition was lost or
             // revoked and assigned back) is joined, never run beside.
-            guard try await claimRequest(requestID, message) else { return .finished }
+            guard let claim = try await claimRequest(requestID, message) else { return .finished }
             var finished = false
             defer { releaseRequest(requestID, finished: finished) }
+            // Its first handling: the fingerprint was recorded by this one, and no other handling ran
+            // the request before it (it did not wait for one). Tokens read before a wait are read again.
+            let first = earlier == nil && claim == .ranAtOnce
             let outcome = try await processor.process(
-                request, template: checked.template, consumedAtMs: nowMs, retryContext: retryContext, shouldStop: shouldStop)
+                request, template: checked.template, consumedAtMs: nowMs, firstHandling: first,
+                firstTargets: claim == .ranAtOnce ? firstTargets : nil, retryContext: retryContext, shouldStop: shouldStop)
             finished = outcome != .abandoned
             return outcome
         } catch let error as PostgresError where error.isCausedByTheData {
@@ -137,15 +153,16 @@ extension Dispatcher {
 extension Dispatcher {
     /// Claims `requestID` for this handling of `message`; when another handling in this process runs
     /// it, waits for that one to end (starting nothing meanwhile).
-    /// - Returns: true when this handling runs the request (and must call `releaseRequest`); false
+    /// - Returns: how this handling runs the request (and then it must call `releaseRequest`); nil
     ///   when the handling it joined finished the request: the record is then finished without
     ///   publishing anything.
     /// - Throws: `CancellationError` when cancelled while waiting.
-    func claimRequest(_ requestID: String, _ message: KafkaMessage) async throws -> Bool {
+    func claimRequest(_ requestID: String, _ message: KafkaMessage) async throws -> RunningRequests.Run? {
         let ticket = runningRequests.withLock { state in
             state.nextTicket += 1
             return state.nextTicket
         }
+        var joined = false
         let turn = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<RunningRequests.Turn?, Never>) in
                 let claim = runningRequests.withLock { state -> RunningRequests.Claim? in
@@ -158,6 +175,7 @@ extension Dispatcher {
                 case nil: continuation.resume(returning: nil)
                 case .run?: continuation.resume(returning: .run)
                 case .join?:
+                    joined = true
                     rereadsJoined.increment()
                     logger.info("request already running in this process: waiting for that handling", [
                         "request_id": requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
@@ -173,12 +191,12 @@ extension Dispatcher {
         case nil:
             throw CancellationError()
         case .run?:
-            return true
+            return joined ? .afterWaiting : .ranAtOnce
         case .finishedByOther?:
             logger.info("request finished by the handling it waited for: nothing published again", [
                 "request_id": requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)",
             ])
-            return false
+            return nil
         }
     }
 

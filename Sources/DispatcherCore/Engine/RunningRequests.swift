@@ -20,6 +20,14 @@ struct RunningRequests {
         case join
     }
 
+    /// How a handling that claimed a request runs it.
+    enum Run: Equatable, Sendable {
+        /// No other handling ran it here: this one ran at once.
+        case ranAtOnce
+        /// This one waited for another handling, which ended the request unfinished.
+        case afterWaiting
+    }
+
     /// How a joined handling goes on once it is resumed.
     enum Turn: Equatable, Sendable {
         /// The handling it waited for finished the request: finish without publishing anything.
