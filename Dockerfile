@@ -5,7 +5,7 @@
 FROM swift:6.3-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      pkg-config librdkafka-dev libnghttp2-dev libssl-dev libpq-dev libmicrohttpd-dev \
+      pkg-config librdkafka-dev libnghttp2-dev libssl-dev libpq-dev libmicrohttpd-dev libjemalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./
@@ -20,7 +20,7 @@ FROM debian:bookworm-slim
 # curl: the compose health checks (GET /healthz on PUSH_ADMIN_PORT); openssl: gen-dev-credentials.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      librdkafka1 libnghttp2-14 libssl3 libpq5 libmicrohttpd12 ca-certificates openssl curl \
+      librdkafka1 libnghttp2-14 libssl3 libpq5 libmicrohttpd12 libjemalloc2 ca-certificates openssl curl \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 push \
  && useradd --system --uid 10001 --gid push --no-create-home --shell /usr/sbin/nologin push

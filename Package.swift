@@ -1,6 +1,7 @@
 // swift-tools-version:6.0
 // Push-notification delivery platform: registration service, dispatcher and APNs simulator.
-// No outside Swift packages: the four C libraries come from Debian through systemLibrary targets.
+// No outside Swift packages: the four C libraries come from Debian through systemLibrary targets, and
+// the dispatcher links Debian's jemalloc as its allocator.
 import Foundation
 import PackageDescription
 
@@ -77,8 +78,12 @@ let package = Package(
         .executableTarget(
             name: "registration-service",
             dependencies: ["AdminHTTP", "GRPC", "HTTP2", "Kafka", "RegistrationServiceCore", "ServiceCore"]),
+        // The dispatcher allocates with jemalloc (Debian's libjemalloc2): its objects are made on one
+        // thread and freed on another, and glibc's malloc locks the owning arena for that (README
+        // "Operations", memory).
         .executableTarget(
-            name: "dispatcher", dependencies: ["AdminHTTP", "APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"]),
+            name: "dispatcher", dependencies: ["AdminHTTP", "APNs", "DispatcherCore", "Kafka", "Postgres", "ServiceCore"],
+            linkerSettings: [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]),
         .executableTarget(name: "apns-simulator", dependencies: ["AdminHTTP", "APNsSimulator", "HTTP2", "ServiceCore"]),
         .executableTarget(name: "kafka-dev-broker", dependencies: ["KafkaDevBroker"]),
         .executableTarget(name: "apns-bench", dependencies: ["APNs", "APNsSimulator", "PushDomain", "ServiceCore"]),

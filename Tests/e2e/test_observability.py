@@ -127,6 +127,18 @@ def test_admin_ports_serve_metrics_and_probes_over_http1():
     assert stack.admin("dispatcher", "/nothing")[0] == 404
 
 
+def test_the_running_dispatcher_allocates_with_jemalloc():
+    """README "Operations", memory: the dispatcher is linked with jemalloc, ahead of the C library, so
+    jemalloc's malloc and free serve the whole process (the first definition in load order wins)."""
+    pid = stack.Dispatcher.stack().pid
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]",
+                        subprocess.run(["readelf", "-d", f"/proc/{pid}/exe"], capture_output=True, text=True, check=True).stdout)
+    assert "libjemalloc.so.2" in needed and "libc.so.6" in needed, needed
+    assert needed.index("libjemalloc.so.2") < needed.index("libc.so.6"), needed
+    with open(f"/proc/{pid}/maps") as maps:
+        assert "libjemalloc.so.2" in maps.read()
+
+
 def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     delivered_before = prometheus.value('push_notifications_total{outcome="delivered"}')
     registrations_before = prometheus.value('push_registrations_total{operation="register",outcome="ok"}')

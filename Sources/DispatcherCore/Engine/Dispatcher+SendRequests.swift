@@ -48,20 +48,7 @@ extension Dispatcher {
             // Idempotency: the same request id must ask for the same thing (docs/contracts.md
             // "Request ids"); another notification under a used id is not a repeat.
             let fingerprint = RequestFingerprint.of(request)
-            let check = FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)
-            let earlier: [UInt8]?
-            var firstTargets: SendRequestProcessor.FirstTargets?
-            if let template = checked.template, !CampaignRunner.isCampaign(request, nowMs: nowMs) {
-                // An immediate request's first tokens are read while its id is checked: the read
-                // changes nothing and is dropped when the id was used for another request
-                // (docs/dispatcher-engine.md "Batched I/O").
-                let immediate = request
-                async let lookup = processor.lookUpFirstTargets(immediate, template: template)
-                earlier = try await fingerprints.submit(check)
-                firstTargets = try await lookup
-            } else {
-                earlier = try await fingerprints.submit(check)
-            }
+            let (earlier, firstTargets) = try await checkRequestID(request, fingerprint: fingerprint, template: checked.template, nowMs: nowMs)
             if let earlier, earlier != fingerprint {
                 logger.warning("send request refused: its request id was used for another notification", [
                     "request_id": request.requestID, "partition": "\(message.topicPartition)", "offset": "\(message.offset)", "trace_id": trace.traceID,
@@ -100,6 +87,24 @@ extension Dispatcher {
             metrics.deadLetters.increment(labels: ["refused_by_postgres"])
         }
         return .finished
+    }
+
+    /// Records `request`'s fingerprint unless its id has one (`fingerprints`). An immediate request's
+    /// first tokens are read meanwhile: the read changes nothing and is dropped when the id was used
+    /// for another request (docs/dispatcher-engine.md "Batched I/O").
+    /// - Returns: the fingerprint recorded earlier (nil when this call recorded it), and the request's
+    ///   first targets when they were read.
+    /// - Throws: `PostgresError` and cancellation.
+    private func checkRequestID(_ request: SendRequest, fingerprint: [UInt8], template: NotificationTemplate?, nowMs: Int64) async throws
+        -> (earlier: [UInt8]?, firstTargets: SendRequestProcessor.FirstTargets?)
+    {
+        let check = FingerprintInput(requestID: request.requestID, fingerprint: fingerprint)
+        guard let template, !CampaignRunner.isCampaign(request, nowMs: nowMs) else {
+            return (try await fingerprints.submit(check), nil)
+        }
+        async let lookup = processor.lookUpFirstTargets(request, template: template)
+        let earlier = try await fingerprints.submit(check)
+        return (earlier, try await lookup)
     }
 
     /// A send request refused for its content: to the dead-letter topic, and a `RequestCompleted`
