@@ -172,6 +172,19 @@ def test_bench_latency_verdict_refuses_a_floor_that_is_not_one():
     assert bench_e2e.latency_verdict([run(91, 101, 40)], 100, 250)[0] == "INVALID"
 
 
+def test_bench_ratio_judges_each_run_against_its_own_ceiling():
+    """(h) of a real run: the runs' own ratios were 0.938, 1.027, 0.739, 1.126 and 1.008 while the load
+    rose run after run; the median rate over the median ceiling (0.785) paired the runs wrongly."""
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+    import bench_e2e
+    rows = [{"rate": r, "ceiling": c} for r, c in
+            [(8_181, 8_721), (7_681, 7_483), (5_394, 7_294), (5_723, 5_081), (4_784, 4_746)]]
+    assert round(bench_e2e.run_ratio(rows), 3) == 1.008
+    assert bench_e2e.run_ratio([{"rate": 5, "ceiling": 10}, {"rate": 1, "ceiling": 0}]) == 0.5, "a run without a ceiling is left out"
+    assert bench_e2e.run_ratio([]) != bench_e2e.run_ratio([]), "no run: NaN, never a pass"
+
+
 def test_fault_matrix_hung_tokens_rate_comes_from_the_reports_own_times():
     """The hung-tokens row compares the healthy tokens' rate with the same request's without the fault.
     Both come from the dispatcher's times in the reports (`requested_at_ms` to the last first report's
