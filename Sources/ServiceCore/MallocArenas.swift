@@ -25,9 +25,6 @@ public enum MallocArenas {
         #endif
     }
 
-    /// Whether jemalloc is this process's allocator (the dispatcher links it).
-    public static var isJemalloc: Bool { jemallocControl != nil }
-
     /// Limits glibc's malloc to `defaultLimit` arenas, unless `MALLOC_ARENA_MAX` is set in the
     /// environment (glibc reads that itself and it wins) or jemalloc is the allocator. Call it first
     /// in `main`, before any thread starts.
@@ -35,7 +32,7 @@ public enum MallocArenas {
     @discardableResult
     public static func limitUnlessConfigured(environment: [String: String]) -> Int? {
         #if canImport(Glibc)
-        guard environment["MALLOC_ARENA_MAX"] == nil, !isJemalloc else { return nil }
+        guard environment["MALLOC_ARENA_MAX"] == nil, jemallocControl == nil else { return nil }
         // `mallopt` is declared in <malloc.h>, which the Glibc module does not export: look it up.
         // M_ARENA_MAX is -8 in <malloc.h>.
         typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
