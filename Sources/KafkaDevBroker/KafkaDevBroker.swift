@@ -27,6 +27,9 @@ import Synchronization
 /// line per command):
 /// - `down <broker-id>` / `up <broker-id>`: take a broker down (connections closed, new ones refused)
 ///   or bring it back. Answer `ok`.
+/// - `rtt <broker-id|all> <milliseconds>`: delay every response of that broker (or of every broker)
+///   by that many milliseconds from now on; 0 ends the delay (a slow broker, for benchmarks and
+///   tests of what a slow produce round trip costs). Answer `ok`.
 /// - `topics`: answer `ok NAME:PARTITIONS,…` (topics created by this process).
 /// - `create NAME:PARTITIONS`: create a topic. Answer `ok`.
 /// - `bootstrap`: answer `ok HOST:PORT,…`.
@@ -111,7 +114,7 @@ public enum KafkaDevBroker {
         librdkafka's mock cluster with the project's topics (push.token-events.v1:6, push.send-requests.v1:6,
         push.feedback.v1:6, push.dead-letter.v1:1), for development and tests only. Prints bootstrap=HOST:PORT,…,
         then control=127.0.0.1:PORT with --control-port, then ready. Control commands (stdin or the control
-        port, one per line): down ID, up ID, topics, create NAME:PARTITIONS, bootstrap, quit.
+        port, one per line): down ID, up ID, rtt ID|all MS, topics, create NAME:PARTITIONS, bootstrap, quit.
         """
 
     /// Runs the broker until `quit`, SIGTERM or SIGINT (`--help`: prints `usage`; `--check-config`:
@@ -248,6 +251,14 @@ final class DevBrokerController: Sendable {
                 }
                 if command == "down" { try cluster.setBrokerDown(id) } else { try cluster.setBrokerUp(id) }
                 return "ok"
+            case ("rtt", 3):
+                let id: Int32? = words[1].lowercased() == "all" ? -1 : Int32(words[1]).flatMap { (1...Int32(cluster.brokerCount)).contains($0) ? $0 : nil }
+                guard let id else { return "error broker must be all or 1...\(cluster.brokerCount), got \(words[1])" }
+                guard let milliseconds = Int(words[2]), (0...60_000).contains(milliseconds) else {
+                    return "error round trip must be 0...60000 milliseconds, got \(words[2])"
+                }
+                try cluster.setBrokerRoundTripTime(id, milliseconds: milliseconds)
+                return "ok"
             case ("topics", 1):
                 let list = topics.withLock { $0.map { "\($0.0):\($0.1)" } }
                 return "ok " + list.joined(separator: ",")
@@ -262,7 +273,7 @@ final class DevBrokerController: Sendable {
                 onQuit?()
                 return "ok"
             default:
-                return "error unknown command \(line.trimmingCharacters(in: .whitespacesAndNewlines)); expected down ID, up ID, topics, create NAME:PARTITIONS, bootstrap or quit"
+                return "error unknown command \(line.trimmingCharacters(in: .whitespacesAndNewlines)); expected down ID, up ID, rtt ID|all MS, topics, create NAME:PARTITIONS, bootstrap or quit"
             }
         } catch {
             return "error \(error.message)"

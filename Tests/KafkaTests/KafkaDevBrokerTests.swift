@@ -83,17 +83,24 @@ struct KafkaDevBrokerTests {
         #expect(lines[1].hasPrefix("control=127.0.0.1:"))
         #expect((try? String(contentsOfFile: bootstrapFile, encoding: .utf8)) == bootstrap + "\n")
 
-        let answers = try await TestSupport.python("control.py", [control, "topics", "down 1", "up 1", "down 9", "bogus"])
+        let answers = try await TestSupport.python("control.py", [control, "topics", "down 1", "up 1", "down 9", "rtt 9 5", "rtt all -1", "rtt 2 0", "bogus"])
         #expect(answers.status == 0, "control.py failed: \(answers.stderr)")
         #expect(answers.stdout.split(separator: "\n").map(String.init) == [
             "ok push.token-events.v1:6,push.send-requests.v1:6,push.feedback.v1:6,push.dead-letter.v1:1,devtest:2",
             "ok", "ok", "error broker id must be 1...3, got 9",
-            "error unknown command bogus; expected down ID, up ID, topics, create NAME:PARTITIONS, bootstrap or quit",
+            "error broker must be all or 1...3, got 9", "error round trip must be 0...60000 milliseconds, got -1", "ok",
+            "error unknown command bogus; expected down ID, up ID, rtt ID|all MS, topics, create NAME:PARTITIONS, bootstrap or quit",
         ])
 
         // The broker serves our clients; a send to a partition led by a downed broker waits for `up`.
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: [bootstrap]), logger: TestSupport.logger)
         let report = try await producer.send(topic: "devtest", key: "k", value: Array("hello".utf8))
+        // `rtt all MS` delays every answer: a send takes at least that long until `rtt all 0`.
+        #expect(try await TestSupport.python("control.py", [control, "rtt all 400"]).stdout == "ok\n")
+        let slowStart = ContinuousClock.now
+        _ = try await producer.send(topic: "devtest", key: "k", value: Array("slow".utf8))
+        #expect(slowStart.duration(to: .now) >= .milliseconds(400))
+        #expect(try await TestSupport.python("control.py", [control, "rtt all 0"]).stdout == "ok\n")
         let all = try await TestSupport.python("control.py", [control, "down 1", "down 2", "down 3"])
         #expect(all.stdout == "ok\nok\nok\n")
         let pending = Task { try await producer.send(topic: "devtest", key: "k", value: Array("during".utf8)) }

@@ -1,5 +1,6 @@
 import Foundation
 import ServiceCore
+import Synchronization
 import Testing
 
 @testable import Kafka
@@ -12,7 +13,7 @@ import Testing
         let json = """
             {"name":"c#consumer-1","type":"consumer","brokers":{
               "127.0.0.1:9092/bootstrap":{"nodeid":-1,"state":"UP"},
-              "127.0.0.1:9092/1":{"nodeid":1,"state":"UP","rtt":{"min":80,"max":61000,"avg":900,"cnt":412,"p50":700,"p99":31000}},
+              "127.0.0.1:9092/1":{"nodeid":1,"state":"UP","wakeups":5120,"rtt":{"min":80,"max":61000,"avg":900,"cnt":412,"p50":700,"p99":31000}},
               "127.0.0.1:9093/2":{"nodeid":2,"state":"DOWN","rtt":{"min":0,"max":0,"avg":0,"cnt":0,"p50":0,"p99":0}},
               ":0/internal":{"nodeid":-1,"state":"INIT"}},
              "topics":{"push.send-requests.v1":{"topic":"push.send-requests.v1","partitions":{
@@ -26,6 +27,7 @@ import Testing
         #expect(statistics.consumerLag == [KafkaTopicPartition(topic: "push.send-requests.v1", partition: KafkaPartition(rawValue: 0)): 42])
         // A broker that answered nothing in the window has no round trip to report.
         #expect(statistics.roundTripP99Microseconds == [1: 31_000])
+        #expect(statistics.wakeups == [1: 5_120])
         #expect(KafkaStatistics(json: Array("not json".utf8)) == nil)
     }
 
@@ -115,5 +117,45 @@ import Testing
         }
         try cluster.setBrokerRoundTripTime(1, milliseconds: 0)
         await producer.shutdown()
+    }
+    /// librdkafka's idempotent producer counts its in-flight limit of 5 in records: once a batch of
+    /// 5 or more is in flight, the partition's next batch waits for the answer, and the broker thread
+    /// polls without sleeping from the end of that batch's `linger.ms` until the answer. Two producers
+    /// send the same steady stream (2 records per millisecond) through a broker answering in 8 ms:
+    /// the one lingering 5 ms spins, the one lingering 12 ms (at or above the round trip, as the
+    /// dispatcher's 10 ms default is on a healthy cluster) sleeps (docs/capacity.md "Produce round trips").
+    @Test func aLingerAtOrAboveTheRoundTripKeepsTheProducersBrokerThreadAsleep() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("spin")
+        try cluster.createTopic(topic, partitions: 1)
+        func producer(lingering linger: Duration) throws -> KafkaProducer {
+            var configuration = TestSupport.producerConfig(cluster)
+            configuration.linger = linger
+            configuration.statisticsInterval = .milliseconds(200)
+            return try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
+        }
+        let short = try producer(lingering: .milliseconds(5))
+        let long = try producer(lingering: .milliseconds(12))
+        for client in [short, long] { _ = try await client.send(topic: topic, key: "k", value: Array("first".utf8)) }
+        try cluster.setBrokerRoundTripTime(1, milliseconds: 8)
+        let acknowledged = Atomic<Int>(0)
+        let rounds = 1_500
+        for _ in 0..<rounds {
+            for client in [short, long] {
+                for _ in 0..<2 {
+                    client.send(topic: topic, key: Array("k".utf8), value: Array("steady".utf8)) { _ in acknowledged.add(1, ordering: .relaxed) }
+                }
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        // Read at the same moment: both counters cover the start and at least the stream's first second.
+        let spinning = short.health.statistics?.wakeups[1] ?? 0
+        let sleeping = long.health.statistics?.wakeups[1] ?? 0
+        #expect(sleeping > 0)
+        #expect(sleeping * 5 < spinning, "broker-thread wake-ups: \(spinning) lingering 5 ms, \(sleeping) lingering 12 ms")
+        try await TestSupport.eventually("every record acknowledged") { acknowledged.load(ordering: .relaxed) == rounds * 4 }
+        try cluster.setBrokerRoundTripTime(1, milliseconds: 0)
+        await short.shutdown()
+        await long.shutdown()
     }
 }

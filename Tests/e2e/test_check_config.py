@@ -47,6 +47,8 @@ def test_dispatcher_good_configuration_prints_effective_values_with_secrets_mask
     assert "configuration OK" in out
     assert "custom.feedback" in out and "PUSH_TOPIC_DEAD_LETTER" in out and "push.dead-letter.v1  (default)" in out
     assert "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS" in out and "1000  (default)" in out
+    # The feedback producer lingers 10 ms, not librdkafka's 5 (docs/capacity.md "Produce round trips").
+    assert re.search(r"PUSH_KAFKA_LINGER_MS\s+= 10  \(default\)", out), out
     # Token hygiene: off until set, campaigns kept 30 days.
     assert "PUSH_TOKEN_STALE_AFTER_DAYS" in out and "PUSH_CAMPAIGN_RETENTION_DAYS" in out and "30  (default)" in out
     assert "inline-secret" not in out and "postgresql://push:********@db.example:5432/push" in out
@@ -75,6 +77,7 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
         "PUSH_APNS_KEY_FILE": "/nonexistent/key.p8",
         "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS": "0",
         "PUSH_KAFKA_SESSION_TIMEOUT_MS": "soon",
+        "PUSH_KAFKA_LINGER_MS": "900001",
         "PUSH_KAFKA_REBALANCE_PROTOCOL": "sticky",
         "PUSH_APNS_DEFAULT_ENVIRONMENT": "staging",
         "PUSH_APNS_PRODUCTION_URL": "http://api.push.apple.com",
@@ -91,7 +94,7 @@ def test_dispatcher_bad_configuration_names_every_bad_variable(credentials):
     done = check("dispatcher", env)
     assert done.returncode == 2, done.stdout + done.stderr
     bad = [
-        "PUSH_APNS_KEY_FILE", "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", "PUSH_KAFKA_SESSION_TIMEOUT_MS",
+        "PUSH_APNS_KEY_FILE", "PUSH_MAX_IN_FLIGHT_NOTIFICATIONS", "PUSH_KAFKA_SESSION_TIMEOUT_MS", "PUSH_KAFKA_LINGER_MS",
         "PUSH_KAFKA_REBALANCE_PROTOCOL", "PUSH_APNS_DEFAULT_ENVIRONMENT", "PUSH_APNS_PRODUCTION_URL",
         "PUSH_KAFKA_SASL_MECHANISM", "PUSH_KAFKA_SASL_USERNAME", "PUSH_KAFKA_SASL_PASSWORD_FILE",
         "PUSH_KAFKA_PROPERTY_NOT_A_PROPERTY", "PUSH_PG_PASSWORD_FILE", "PUSH_APNS_TEAM_ID",

@@ -185,6 +185,9 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     # So does the feedback producer's round trip per broker: it has just published this request's reports.
     wait_for(lambda: [s for s in prometheus.query("push_kafka_produce_rtt_seconds") if 0 < float(s["value"][1]) < 60],
              what="a produce round-trip series between 0 and 60 s")
+    # And its broker threads' wake-ups (the spin of a round trip above linger.ms shows there).
+    wait_for(lambda: [s for s in prometheus.query("push_kafka_producer_wakeups_total") if float(s["value"][1]) > 0],
+             what="a producer wake-ups series above 0")
     # The PostgreSQL pool: its connections by state (at least the one the request's statements used),
     # its bound, and the waits counter, which a scrape finds even when nothing has waited yet.
     wait_for(lambda: prometheus.value('sum(push_pg_pool_connections{state=~"idle|leased"})') >= 1, what="pool connections")

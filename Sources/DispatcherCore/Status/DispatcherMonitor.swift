@@ -66,6 +66,14 @@ public final class DispatcherMonitor: Sendable {
             let roundTrips = self?.producerHealth.withLock { $0 }?().statistics?.roundTripP99Microseconds ?? [:]
             return roundTrips.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value) / 1_000_000) }
         }
+        registry.counterCallback(
+            "push_kafka_producer_wakeups_total",
+            help: "Wake-ups of the feedback producer's broker thread per broker (librdkafka statistics wakeups): hundreds of thousands per second is the spin of a round trip above linger.ms.",
+            labelNames: ["broker"]
+        ) { [weak self] in
+            let wakeups = self?.producerHealth.withLock { $0 }?().statistics?.wakeups ?? [:]
+            return wakeups.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value)) }
+        }
         registry.gaugeCallback(
             "push_pg_pool_connections", help: "PostgreSQL connections of the pool by state: idle, leased (running a statement or transaction), connecting.",
             labelNames: ["state"]
