@@ -239,6 +239,11 @@ final class DevBrokerController: Sendable {
         set { quitHandler.withLock { $0 = newValue } }
     }
 
+    /// The broker id `word` names, if it is one of the cluster's (1...N).
+    private func brokerID(_ word: String) -> Int32? {
+        Int32(word).flatMap { (1...Int32(cluster.brokerCount)).contains($0) ? $0 : nil }
+    }
+
     /// Runs one command line and returns the answer line (`ok…` or `error …`).
     func execute(_ line: String) -> String {
         let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
@@ -246,14 +251,13 @@ final class DevBrokerController: Sendable {
         do {
             switch (command, words.count) {
             case ("down", 2), ("up", 2):
-                guard let id = Int32(words[1]), (1...Int32(cluster.brokerCount)).contains(id) else {
+                guard let id = brokerID(words[1]) else {
                     return "error broker id must be 1...\(cluster.brokerCount), got \(words[1])"
                 }
                 if command == "down" { try cluster.setBrokerDown(id) } else { try cluster.setBrokerUp(id) }
                 return "ok"
             case ("rtt", 3):
-                let id: Int32? = words[1].lowercased() == "all" ? -1 : Int32(words[1]).flatMap { (1...Int32(cluster.brokerCount)).contains($0) ? $0 : nil }
-                guard let id else { return "error broker must be all or 1...\(cluster.brokerCount), got \(words[1])" }
+                guard let id = words[1].lowercased() == "all" ? -1 : brokerID(words[1]) else { return "error broker must be all or 1...\(cluster.brokerCount), got \(words[1])" }
                 guard let milliseconds = Int(words[2]), (0...60_000).contains(milliseconds) else {
                     return "error round trip must be 0...60000 milliseconds, got \(words[2])"
                 }

@@ -82,8 +82,8 @@ public enum DispatcherProgram {
         let postgresURL = env.string("PUSH_PG_URL", default: "postgresql://postgres@127.0.0.1:54329/push")
         let postgresPassword = try env.fileContents("PUSH_PG_PASSWORD_FILE")
         var producer = KafkaProducerConfiguration(bootstrapServers: bootstrap)
-        producer.linger = try env.milliseconds("PUSH_KAFKA_LINGER_MS", default: feedbackLinger)
-        if producer.linger > .seconds(900) { try env.fail("PUSH_KAFKA_LINGER_MS", "must be at most 900000 (librdkafka's linger.ms bound)") }
+        // librdkafka's bound for linger.ms is 900,000.
+        producer.linger = .milliseconds(try env.int("PUSH_KAFKA_LINGER_MS", default: Int(feedbackLinger.wholeMilliseconds), in: 0...900_000))
         producer.additionalProperties = kafkaSecurity.properties
         let databaseCheckInterval = try env.milliseconds("PUSH_PG_CHECK_INTERVAL_MS", default: .seconds(5))
         let gracePeriod = try env.milliseconds("PUSH_SHUTDOWN_GRACE_MS", default: .seconds(30))
