@@ -72,6 +72,9 @@ public final class KafkaProducer: Sendable {
         try await send(topic: topic, key: Array(key.utf8), value: value, headers: headers)
     }
 
+    /// The settings the producer was created with.
+    public var configuration: KafkaProducerConfiguration { core.configuration }
+
     /// What the producer's callbacks last reported (poll age, last error, broker states from the
     /// statistics), without any I/O. See `KafkaClientHealth`.
     public var health: KafkaClientHealth { core.health }
@@ -171,7 +174,7 @@ final class ProducerCore: Sendable {
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    private let configuration: KafkaProducerConfiguration
+    let configuration: KafkaProducerConfiguration
     private let logger: Logger
     private let state = Mutex(State())
     /// Errors, statistics and the poll thread's heartbeat (`kafka-producer-poll`).

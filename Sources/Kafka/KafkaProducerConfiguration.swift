@@ -53,6 +53,13 @@ public struct KafkaProducerConfiguration: Sendable {
         self.bootstrapServers = bootstrapServers
     }
 
+    /// The `linger.ms` librdkafka runs with, in milliseconds: `linger`, or the additional property
+    /// that overrides it (`linger.ms`, or its alias `queue.buffering.max.ms`; the last one set wins,
+    /// as in librdkafka). Nil when that property is not a number (librdkafka then refuses it).
+    public var effectiveLingerMilliseconds: Double? {
+        properties.last { $0.0 == "linger.ms" || $0.0 == "queue.buffering.max.ms" }.flatMap { Double($0.1) }
+    }
+
     /// The librdkafka properties this configuration sets, in application order.
     var properties: [(String, String)] {
         var list: [(String, String)] = [

@@ -34,6 +34,9 @@ public enum RegistrationProgram {
         producer.additionalProperties = try KafkaSecurity(environment: env).properties
         // A caller waits for Kafka's acknowledgement: fail with UNAVAILABLE rather than hang for minutes.
         producer.messageTimeout = try env.milliseconds("PUSH_KAFKA_MESSAGE_TIMEOUT_MS", default: .seconds(30))
+        // Each answer waits for its record's acknowledgement, so a lone registration waits the whole
+        // linger; above the brokers' round trip nothing spins (docs/capacity.md "Produce round trips").
+        producer.linger = .milliseconds(try env.int("PUSH_KAFKA_LINGER_MS", default: 5, in: 0...900_000))
         var http2 = HTTP2Server.Configuration(
             host: env.string("PUSH_GRPC_HOST", default: "0.0.0.0"), port: try env.int("PUSH_GRPC_PORT", default: 50051, in: 0...65535))
         if let certificate = env.string("PUSH_GRPC_TLS_CERT_FILE") {
@@ -53,6 +56,7 @@ public enum RegistrationProgram {
         var configuration = RegistrationService.Configuration(producer: producer, server: .init(http2: http2))
         configuration.topic = env.string("PUSH_TOPIC_TOKEN_EVENTS", default: PushTopic.tokenEvents.name)
         configuration.auth = try auth(env)
+        configuration.producerMetrics = KafkaProducerMetrics(role: "token-event")
         configuration.keysReloadInterval = try env.milliseconds("PUSH_AUTH_KEYS_RELOAD_MS", default: .seconds(2))
         configuration.healthProbeInterval = try env.milliseconds("PUSH_HEALTH_PROBE_INTERVAL_MS", default: .seconds(2))
         configuration.fitShutdown(into: gracePeriod)

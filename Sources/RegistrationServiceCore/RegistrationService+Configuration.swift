@@ -31,6 +31,9 @@ extension RegistrationService {
         /// Where the service leaves what `/readyz` decides from (the producer's cached health, the
         /// phase); the executable hands the same object to its admin port.
         public var readiness = ReadinessState()
+        /// Where the token-event producer's `push_kafka_produce*` families read it from while the
+        /// service runs; nil: not exported. The executable sets one registered in the shared registry.
+        public var producerMetrics: KafkaProducerMetrics?
 
         /// Creates a configuration.
         /// - Parameters:

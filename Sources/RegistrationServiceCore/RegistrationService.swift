@@ -53,6 +53,8 @@ public struct RegistrationService: Service {
         let authenticator = try RegistrationAuthenticator(configuration: configuration.auth, logger: logger.with(["component": "auth"]))
         let producer = try KafkaProducer(configuration: configuration.producer, logger: logger.with(["component": "kafka.producer"]))
         configuration.readiness.setProducer { producer.health.readinessInput }
+        configuration.producerMetrics?.setProducer(producer)
+        defer { configuration.producerMetrics?.setProducer(nil) }
         let service = TokenRegistryService(producer: producer, topic: configuration.topic, topicWatch: topicWatch, logger: logger)
         let health = GRPCHealthService(services: [TokenRegistry.serviceName])
         try await withThrowingTaskGroup(of: Void.self) { group in

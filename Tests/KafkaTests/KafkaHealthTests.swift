@@ -158,4 +158,47 @@ import Testing
         await short.shutdown()
         await long.shutdown()
     }
+
+    /// `linger.ms` as librdkafka runs it: the field, unless an additional property overrides it under
+    /// either of librdkafka's names (the last set wins); a value that is not a number has none.
+    @Test func theEffectiveLingerIsTheLastLingerPropertyApplied() {
+        var configuration = KafkaProducerConfiguration(bootstrapServers: ["127.0.0.1:9092"])
+        #expect(configuration.effectiveLingerMilliseconds == 5)
+        configuration.linger = .milliseconds(10)
+        #expect(configuration.effectiveLingerMilliseconds == 10)
+        configuration.additionalProperties = ["queue.buffering.max.ms": "2.5"]
+        #expect(configuration.effectiveLingerMilliseconds == 2.5)
+        configuration.additionalProperties = ["linger.ms": "20"]
+        #expect(configuration.effectiveLingerMilliseconds == 20)
+        configuration.additionalProperties = ["linger.ms": "soon"]
+        #expect(configuration.effectiveLingerMilliseconds == nil)
+    }
+
+    /// `KafkaProducerMetrics` renders a running producer's linger.ms, and its round trip and wake-ups
+    /// per broker from the statistics of the real broker it sent to; without a producer, no broker.
+    @Test func producerMetricsRenderTheLingerRoundTripAndWakeUpsOfTheRunningProducer() async throws {
+        let cluster = try KafkaMockCluster(brokers: 1, logger: TestSupport.logger)
+        let topic = TestSupport.unique("metrics")
+        try cluster.createTopic(topic, partitions: 1)
+        var configuration = TestSupport.producerConfig(cluster)
+        configuration.linger = .milliseconds(7)
+        configuration.statisticsInterval = .milliseconds(100)
+        let producer = try KafkaProducer(configuration: configuration, logger: TestSupport.logger)
+        let registry = MetricsRegistry()
+        let metrics = KafkaProducerMetrics(registry: registry, role: "test")
+        // An unlabelled family always has a sample (0 until the producer runs); labelled ones have none.
+        #expect(registry.render().contains("\npush_kafka_producer_linger_seconds 0\n"))
+        #expect(!registry.render().contains("{broker="))
+        metrics.setProducer(producer)
+        #expect(registry.render().contains("\npush_kafka_producer_linger_seconds 0.007\n"))
+        _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
+        try await TestSupport.eventually("a round trip and wake-ups of broker 1 rendered") {
+            let text = registry.render()
+            return text.contains("push_kafka_produce_rtt_seconds{broker=\"1\"}")
+                && text.contains("push_kafka_producer_wakeups_total{broker=\"1\"}")
+        }
+        metrics.setProducer(nil)
+        #expect(!registry.render().contains("{broker="))
+        await producer.shutdown()
+    }
 }

@@ -20,7 +20,7 @@ RUNBOOKS = ROOT / "docs" / "operations.md"
 OUTSIDE_METRICS = {"up"}
 PROMQL_WORDS = {
     "sum", "by", "rate", "increase", "max", "min", "avg", "without", "count", "delta", "deriv", "and", "or",
-    "unless", "on", "ignoring", "group_left", "group_right", "histogram_quantile", "le", "irate", "job",
+    "unless", "on", "ignoring", "group_left", "group_right", "histogram_quantile", "le", "irate", "job", "instance",
 }
 
 

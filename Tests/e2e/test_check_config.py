@@ -126,12 +126,15 @@ def test_registration_service_good_and_bad(credentials):
                                           "PUSH_AUTH_KEYS_FILE": str(credentials / "registration-keys.json")})
     assert good.returncode == 0, good.stdout + good.stderr
     assert "custom.tokens" in good.stdout and "PUSH_KAFKA_BOOTSTRAP" in good.stdout and "configuration OK" in good.stdout
+    # The token-event producer keeps librdkafka's 5 ms: each call waits for its record's acknowledgement.
+    assert re.search(r"PUSH_KAFKA_LINGER_MS\s+= 5  \(default\)", good.stdout), good.stdout
     bad = check("registration-service", {
         "PUSH_GRPC_PORT": "70000", "PUSH_GRPC_TLS_KEY_FILE": str(credentials / "simulator-key.pem"),
-        "PUSH_SHUTDOWN_GRACE_MS": "-1", "PUSH_KAFKA_SECURITY_PROTOCOL": "tls",
+        "PUSH_SHUTDOWN_GRACE_MS": "-1", "PUSH_KAFKA_SECURITY_PROTOCOL": "tls", "PUSH_KAFKA_LINGER_MS": "-1",
     })
     assert bad.returncode == 2, bad.stdout + bad.stderr
-    for name in ["PUSH_GRPC_PORT", "PUSH_GRPC_TLS_CERT_FILE", "PUSH_SHUTDOWN_GRACE_MS", "PUSH_KAFKA_SECURITY_PROTOCOL"]:
+    for name in ["PUSH_GRPC_PORT", "PUSH_GRPC_TLS_CERT_FILE", "PUSH_SHUTDOWN_GRACE_MS", "PUSH_KAFKA_SECURITY_PROTOCOL",
+                 "PUSH_KAFKA_LINGER_MS"]:
         assert f"error: {name}:" in bad.stdout, f"{name} not named:\n{bad.stdout}"
 
 

@@ -186,8 +186,18 @@ def test_prometheus_sees_counters_move_with_real_traffic(prometheus):
     wait_for(lambda: [s for s in prometheus.query("push_kafka_produce_rtt_seconds") if 0 < float(s["value"][1]) < 60],
              what="a produce round-trip series between 0 and 60 s")
     # And its broker threads' wake-ups (the spin of a round trip above linger.ms shows there).
-    wait_for(lambda: [s for s in prometheus.query("push_kafka_producer_wakeups_total") if float(s["value"][1]) > 0],
+    wait_for(lambda: [s for s in prometheus.query('push_kafka_producer_wakeups_total{job="dispatcher"}') if float(s["value"][1]) > 0],
              what="a producer wake-ups series above 0")
+    # Both services export their producer's linger.ms beside its round trip, which PushKafkaProduceSlow
+    # compares per process; the registration service's producer has just written the token events.
+    assert prometheus.value('push_kafka_producer_linger_seconds{job="dispatcher"}') == 0.01
+    assert prometheus.value('push_kafka_producer_linger_seconds{job="registration"}') == 0.005
+    wait_for(lambda: [s for s in prometheus.query('push_kafka_produce_rtt_seconds{job="registration"}')
+                      if 0 < float(s["value"][1]) < 60],
+             what="a registration-service produce round-trip series between 0 and 60 s")
+    wait_for(lambda: [s for s in prometheus.query('push_kafka_producer_wakeups_total{job="registration"}')
+                      if float(s["value"][1]) > 0],
+             what="a registration-service producer wake-ups series above 0")
     # The PostgreSQL pool: its connections by state (at least the one the request's statements used),
     # its bound, and the waits counter, which a scrape finds even when nothing has waited yet.
     wait_for(lambda: prometheus.value('sum(push_pg_pool_connections{state=~"idle|leased"})') >= 1, what="pool connections")

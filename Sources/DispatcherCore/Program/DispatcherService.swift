@@ -92,8 +92,8 @@ public struct DispatcherService: Service {
             throw error
         }
         readiness.setProducer { producer.health.readinessInput }
-        settings.monitor.setProducerHealth { producer.health }
-        defer { settings.monitor.setProducerHealth(nil) }
+        settings.monitor.setProducer(producer)
+        defer { settings.monitor.setProducer(nil) }
         // Every send names its credentials (the registry's choice); the client has no default.
         let client = APNsClient(configuration: settings.apns, credentials: [:], logger: logger.with(["component": "apns"]))
         settings.monitor.setKeyFallbacks { client.keysInFallback() }

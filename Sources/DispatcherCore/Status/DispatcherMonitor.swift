@@ -29,7 +29,9 @@ public final class DispatcherMonitor: Sendable {
     /// What `/readyz` decides from.
     public let readiness = ReadinessState()
     private let consumer = Mutex<KafkaConsumer?>(nil)
-    private let producerHealth = Mutex<(@Sendable () -> KafkaClientHealth)?>(nil)
+    /// `push_kafka_produce_rtt_seconds`, `push_kafka_producer_wakeups_total` and
+    /// `push_kafka_producer_linger_seconds` of the feedback producer.
+    private let producerMetrics: KafkaProducerMetrics
     private let databasePool = Mutex<(@Sendable () -> PostgresPool.Statistics)?>(nil)
     private let engine = Mutex<(@Sendable () -> EngineSnapshot)?>(nil)
     private let statusLookup = Mutex<(@Sendable (String) async throws -> RequestStatusReport?)?>(nil)
@@ -42,6 +44,7 @@ public final class DispatcherMonitor: Sendable {
     /// Registers the dispatcher's scrape-time gauges in `registry` (the first monitor registered in a
     /// registry is the one its gauges read).
     public init(registry: MetricsRegistry = .shared) {
+        producerMetrics = KafkaProducerMetrics(registry: registry, role: "feedback")
         registry.gaugeCallback("push_records_in_flight", help: "Records taken from Kafka and not finished (queued or running).") { [weak self] in
             [MetricSample(value: Double(self?.engineSnapshot().recordsInFlight ?? 0))]
         }
@@ -57,22 +60,6 @@ public final class DispatcherMonitor: Sendable {
         ) { [weak self] in
             let lag = self?.consumer.withLock { $0 }?.health.statistics?.consumerLag ?? [:]
             return lag.sorted { $0.key < $1.key }.map { MetricSample(labels: [$0.key.topic, "\($0.key.partition.rawValue)"], value: Double($0.value)) }
-        }
-        registry.gaugeCallback(
-            "push_kafka_produce_rtt_seconds",
-            help: "99th percentile of the feedback producer's request round trip per broker over the last statistics window (librdkafka rtt.p99).",
-            labelNames: ["broker"]
-        ) { [weak self] in
-            let roundTrips = self?.producerHealth.withLock { $0 }?().statistics?.roundTripP99Microseconds ?? [:]
-            return roundTrips.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value) / 1_000_000) }
-        }
-        registry.counterCallback(
-            "push_kafka_producer_wakeups_total",
-            help: "Wake-ups of the feedback producer's broker thread per broker (librdkafka statistics wakeups): hundreds of thousands per second is the spin of a round trip above linger.ms.",
-            labelNames: ["broker"]
-        ) { [weak self] in
-            let wakeups = self?.producerHealth.withLock { $0 }?().statistics?.wakeups ?? [:]
-            return wakeups.sorted { $0.key < $1.key }.map { MetricSample(labels: ["\($0.key)"], value: Double($0.value)) }
         }
         registry.gaugeCallback(
             "push_pg_pool_connections", help: "PostgreSQL connections of the pool by state: idle, leased (running a statement or transaction), connecting.",
@@ -151,10 +138,10 @@ public final class DispatcherMonitor: Sendable {
         readiness.setConsumer { consumer.health.readinessInput }
     }
 
-    /// Sets (or with nil removes) where `push_kafka_produce_rtt_seconds` reads the producer's
-    /// statistics from, while the service runs.
-    func setProducerHealth(_ health: (@Sendable () -> KafkaClientHealth)?) {
-        producerHealth.withLock { $0 = health }
+    /// Sets (or with nil removes) the feedback producer the `push_kafka_produce*` families describe,
+    /// while the service runs.
+    func setProducer(_ producer: KafkaProducer?) {
+        producerMetrics.setProducer(producer)
     }
 
     /// Sets (or with nil removes) where the `push_pg_pool_*` families read the PostgreSQL pool's
