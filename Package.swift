@@ -114,7 +114,7 @@ if hasTests {
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "ServiceCore"]),
         // The registration-service executable under attack (Python h2 and raw frames), RSS measured.
         .testTarget(name: "HTTP2AbuseTests", dependencies: ["Kafka", "PushTestSupport", "ServiceCore"], exclude: ["Python"]),
-        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "ServiceCore"], exclude: ["Protos", "Python"]),
+        .testTarget(name: "GRPCTests", dependencies: ["GRPC", "HTTP2", "ProtobufCodec", "PushMessages", "PushTestSupport", "ServiceCore"], exclude: ["Protos", "Python"]),
         .testTarget(name: "APNsTests", dependencies: ["APNs", "APNsSimulator", "ES256", "ProtobufCodec", "PushDomain", "ServiceCore"], exclude: ["Python"]),
         .testTarget(
             name: "APNsSimulatorTests", dependencies: ["APNsSimulator", "APNs", "HTTP2", "PushDomain", "PushTestSupport", "ServiceCore"],

@@ -127,25 +127,22 @@ private final class RequestContext: Sendable {
     /// Suspended connections waiting for their answer; `stopped` once `resumeAll` ran.
     private let waiting = Mutex<(stopped: Bool, answers: [ObjectIdentifier: DeferredAnswer])>((false, [:]))
     /// Deferred calls from libmicrohttpd's thread to `serve()`; finished by `resumeAll`.
-    private let calls = AsyncStream<DeferredCall>.makeStream(bufferingPolicy: .unbounded)
+    private let calls = CallQueue<DeferredCall>()
 
     init(endpoints: AdminEndpoints) { self.endpoints = endpoints }
 
     /// Hands a suspended request's handler to `serve()` (on libmicrohttpd's thread). After `resumeAll`
     /// the call is dropped: its request was answered 503.
     func enqueue(_ call: DeferredCall) {
-        calls.continuation.yield(call)
+        calls.enqueue(call)
     }
 
     /// See `AdminServer.serve()`.
     func serve() async {
         let timeout = endpoints.asyncTimeout
-        await withDiscardingTaskGroup { group in
-            for await call in calls.stream {
-                group.addTask { await self.answer(call, timeout: timeout) }
-            }
-            group.cancelAll()  // stopped: every request was answered 503; a handler's late answer is dropped
-        }
+        // Once stopped, every request was answered 503: a handler still running is cancelled, its
+        // late answer dropped.
+        await calls.serve { call in await self.answer(call, timeout: timeout) }
     }
 
     /// Runs `call`'s handler beside its deadline; the first to end answers and the other is cancelled.
@@ -191,7 +188,7 @@ private final class RequestContext: Sendable {
             for answer in state.answers.values { answer.resume(with: response) }
             state.answers.removeAll()
         }
-        calls.continuation.finish()
+        calls.finish()
     }
 }
 

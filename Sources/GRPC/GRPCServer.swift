@@ -1,6 +1,7 @@
 import Foundation
 import HTTP2
 import ProtobufCodec
+import ServiceCore
 import Synchronization
 
 /// What a unary handler knows about its call.
@@ -36,10 +37,13 @@ public struct GRPCRouter: Sendable {
     }
 
     var routes: [String: Route] = [:]
-    /// Serves requests whose `content-type` is not `application/grpc…` (for example JSON over HTTP/2
-    /// on `/v1/…`). Runs on the connection's thread like any `HTTP2Server.Handler`. When nil, such
-    /// requests get HTTP 415.
-    public var fallback: HTTP2Server.Handler?
+    /// Answers requests whose `content-type` is not `application/grpc…` (for example JSON over HTTP/2
+    /// on `/v1/…`): run as a call of the server's (`GRPCServer.serve()`), its response is sent. When
+    /// nil, such requests get HTTP 415.
+    public typealias Fallback = @Sendable (_ request: HTTP2ServerRequest) async -> HTTP2ServerResponse
+
+    /// See `Fallback`.
+    public var fallback: Fallback?
 
     /// An empty router.
     public init() {}
@@ -120,14 +124,21 @@ public final class GRPCServer: Sendable {
         }
     }
 
+    /// One call's work, run by `serve()`.
+    typealias Call = @Sendable () async -> Void
+
     private let server: HTTP2Server
+    private let calls: CallQueue<Call>
 
     /// The bound TCP port.
     public var port: Int { server.port }
 
-    private init(server: HTTP2Server) { self.server = server }
+    private init(server: HTTP2Server, calls: CallQueue<Call>) {
+        self.server = server
+        self.calls = calls
+    }
 
-    /// Starts serving `router`.
+    /// Starts accepting connections for `router`. Calls wait until `serve()` runs them.
     /// - Throws: `HTTP2Error` when the HTTP/2 server cannot start (bind, TLS files).
     public static func start(configuration: Configuration, router: GRPCRouter) throws -> GRPCServer {
         let maxSize = configuration.maxReceiveMessageSize
@@ -140,29 +151,45 @@ public final class GRPCServer: Sendable {
             guard isGRPCContentType(request.headers.first("content-type") ?? "") else { return plainLimitResponse(breach, request) }
             return trailersOnly(GRPCStatus(limitStatusCode(breach.limit), breach.message))
         }
+        let calls = CallQueue<Call>()
         let server = try HTTP2Server.start(configuration: http2) { request, responder in
-            GRPCServer.handle(request, responder, router: router, maxSize: maxSize)
+            GRPCServer.handle(request, responder, router: router, maxSize: maxSize, calls: calls)
         }
-        return GRPCServer(server: server)
+        return GRPCServer(server: server, calls: calls)
     }
 
-    /// Stops accepting, lets calls in progress finish for up to `gracePeriod`, then closes.
+    /// Runs the calls until `shutdown` or `close` ended the server: each call's handler (and the
+    /// fallback's) is a child task of this call's task group, beside the call's deadline
+    /// (`grpc-timeout`) and, for a streaming call, the client going away; whichever ends first ends
+    /// the call and cancels the others. Once the server ended, calls still running are cancelled, and
+    /// `serve` returns when they ended. Call it once, beside the code that shuts the server down.
+    public func serve() async {
+        await calls.serve { call in await call() }
+    }
+
+    /// Stops accepting, lets calls in progress finish for up to `gracePeriod`, then closes and ends
+    /// `serve()`.
     public func shutdown(gracePeriod: Duration = .seconds(5)) async {
         await server.shutdown(gracePeriod: gracePeriod)
+        calls.finish()
     }
 
-    /// Closes every connection at once.
+    /// Closes every connection at once and ends `serve()`, cancelling the calls still running.
     public func close() {
         server.close()
+        calls.finish()
     }
 
     private static let transportHeaders: Set<String> = ["content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "user-agent"]
 
-    private static func handle(_ request: HTTP2ServerRequest, _ responder: HTTP2Responder, router: GRPCRouter, maxSize: Int) {
+    private static func handle(
+        _ request: HTTP2ServerRequest, _ responder: HTTP2Responder, router: GRPCRouter, maxSize: Int, calls: CallQueue<Call>
+    ) {
         let contentType = request.headers.first("content-type") ?? ""
         guard isGRPCContentType(contentType) else {
             if let fallback = router.fallback {
-                fallback(request, responder)
+                let call: Call = { responder.respond(await fallback(request)) }
+                if !calls.enqueue(call) { responder.respond(status: 503, headers: [HTTP2Header("content-type", "text/plain")], body: Array("the server is stopping\n".utf8)) }
             } else {
                 responder.respond(status: 415, headers: [HTTP2Header("content-type", "text/plain")], body: Array("expected content-type application/grpc\n".utf8))
             }
@@ -209,7 +236,7 @@ public final class GRPCServer: Sendable {
                 respondTrailersOnly(responder, error)
                 return
             }
-            serveStreaming(streaming, messages, context, responder, timeout: timeout)
+            serveStreaming(streaming, messages, context, responder, timeout: timeout, calls: calls)
             return
         }
         let message: [UInt8]
@@ -220,7 +247,7 @@ public final class GRPCServer: Sendable {
             return
         }
         let call = CallCompletion(responder: responder)
-        let work = Task {
+        let work: Call = {
             do {
                 let reply = try await handler.handler(message, context)
                 call.complete(.success(reply))
@@ -232,23 +259,18 @@ public final class GRPCServer: Sendable {
                 call.complete(.failure(GRPCStatus(.unknown, String(describing: error), cause: error)))
             }
         }
-        if let timeout {
-            let timer = Task {
-                try await Task.sleep(for: timeout)
-                if call.complete(.failure(GRPCStatus(.deadlineExceeded, "deadline of \(timeout) exceeded"))) {
-                    work.cancel()
-                }
-            }
-            call.onComplete(timer)
+        let accepted = calls.enqueue { [timeout] in
+            await run(work, timeout: timeout, closed: nil) { call.complete(.failure(GRPCStatus(.deadlineExceeded, "deadline of \($0) exceeded"))) }
         }
+        if !accepted { call.complete(.failure(stopping)) }
     }
 
     private static func serveStreaming(
         _ handler: @escaping GRPCRouter.StreamingHandler, _ messages: [[UInt8]], _ context: GRPCContext,
-        _ responder: HTTP2Responder, timeout: Duration?
+        _ responder: HTTP2Responder, timeout: Duration?, calls: CallQueue<Call>
     ) {
         let writer = GRPCResponseWriter(responder: responder)
-        let work = Task {
+        let work: Call = {
             do {
                 try await handler(messages, context, writer)
                 writer.finish()
@@ -261,12 +283,34 @@ public final class GRPCServer: Sendable {
             }
         }
         // The client went away (reset, connection closed) or the call ended: stop the producer.
-        responder.onClose { work.cancel() }
-        if let timeout {
-            Task {
-                try? await Task.sleep(for: timeout)
-                if writer.finish(GRPCStatus(.deadlineExceeded, "deadline of \(timeout) exceeded")) { work.cancel() }
+        let closed = OneShot()
+        responder.onClose { closed.fire() }
+        let accepted = calls.enqueue {
+            await run(work, timeout: timeout, closed: closed) { writer.finish(GRPCStatus(.deadlineExceeded, "deadline of \($0) exceeded")) }
+        }
+        if !accepted { writer.finish(stopping) }
+    }
+
+    /// The status of a call that arrived after the server ended `serve()`.
+    private static let stopping = GRPCStatus(.unavailable, "the server is stopping")
+
+    /// Runs `work` beside the call's deadline (`timeout`; `expire` answers it) and the client going
+    /// away (`closed`): whichever ends first ends the call, and the others are cancelled.
+    private static func run(_ work: @escaping Call, timeout: Duration?, closed: OneShot?, expire: @escaping @Sendable (Duration) -> Void) async {
+        guard timeout != nil || closed != nil else {
+            await work()
+            return
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await work() }
+            if let timeout {
+                group.addTask { if (try? await Task.sleep(for: timeout)) != nil { expire(timeout) } }
             }
+            if let closed {
+                group.addTask { await closed.wait() }
+            }
+            await group.next()
+            group.cancelAll()
         }
     }
 
@@ -302,36 +346,15 @@ private struct UnaryHandlerBox: Sendable {
 
 /// Sends a call's outcome exactly once: the handler's result or the deadline, whichever comes first.
 private final class CallCompletion: Sendable {
-    private struct State {
-        var done = false
-        var timer: Task<Void, any Error>?
-    }
     private let responder: HTTP2Responder
-    private let state = Mutex(State())
+    private let done = Atomic<Bool>(false)
 
     init(responder: HTTP2Responder) { self.responder = responder }
-
-    /// Registers the deadline timer, cancelled when the call completes first.
-    func onComplete(_ timer: Task<Void, any Error>) {
-        let done = state.withLock { state -> Bool in
-            if !state.done { state.timer = timer }
-            return state.done
-        }
-        if done { timer.cancel() }
-    }
 
     /// Returns false when the call had already completed.
     @discardableResult
     func complete(_ result: Result<[UInt8], GRPCStatus>) -> Bool {
-        let (first, timer) = state.withLock { state -> (Bool, Task<Void, any Error>?) in
-            if state.done { return (false, nil) }
-            state.done = true
-            let timer = state.timer
-            state.timer = nil
-            return (true, timer)
-        }
-        guard first else { return false }
-        timer?.cancel()
+        guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return false }
         switch result {
         case .success(let reply):
             responder.respond(

@@ -75,11 +75,7 @@ public final class RegistrationServer: Sendable {
                        "grpc.reflection.v1alpha.ServerReflection"]
         ).register(into: &router)
         let logger = Logger(label: "registration.json")
-        router.fallback = { request, responder in
-            Task {
-                responder.respond(await handleJSON(request, methods: methods, logger: logger))
-            }
-        }
+        router.fallback = { request in await handleJSON(request, methods: methods, logger: logger) }
         var configuration = configuration
         configuration.maxReceiveMessageSize = min(configuration.maxReceiveMessageSize, maximumMessageBytes)
         // Bodies up to 2 MiB are read so that gRPC callers get RESOURCE_EXHAUSTED; beyond, HTTP 413.
@@ -91,13 +87,21 @@ public final class RegistrationServer: Sendable {
         self.server = server
     }
 
+    /// Runs the calls, gRPC and JSON, as children of this call's task group until `shutdown` or
+    /// `close` ended the server (`GRPCServer.serve()`). Call it once, beside the code that shuts the
+    /// server down.
+    public func serve() async {
+        await server.serve()
+    }
+
     /// Stops accepting calls (GOAWAY to every connection) and lets calls in progress finish within
-    /// `gracePeriod`; then drops what is left.
+    /// `gracePeriod`; then drops what is left and ends `serve()`.
     public func shutdown(gracePeriod: Duration = .seconds(5)) async {
         await server.shutdown(gracePeriod: gracePeriod)
     }
 
-    /// Drops every connection at once, abandoning calls in progress (escalated shutdown).
+    /// Drops every connection at once, abandoning calls in progress (escalated shutdown), and ends
+    /// `serve()`, which cancels them.
     public func close() {
         server.close()
     }

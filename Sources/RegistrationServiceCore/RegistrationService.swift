@@ -71,6 +71,10 @@ public struct RegistrationService: Service {
                 "port": "\(server.port)", "tls": configuration.server.http2.tls == nil ? "off" : "on",
                 "auth": configuration.auth.disabled ? "DISABLED" : "on",
             ])
+            // The calls are children of this group; the drain or `close` ends their loop (and the
+            // group's end waits for it: every path out closes the server, at the latest here).
+            group.addTask { await server.serve() }
+            defer { server.close() }
             onListening(server.port)
             configuration.readiness.setPhase(.running)
             try await serve(server, producer: producer, authenticator: authenticator, health: health, until: shutdown)

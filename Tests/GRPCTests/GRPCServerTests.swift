@@ -1,6 +1,7 @@
 import Foundation
 import GRPC
 import HTTP2
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -12,6 +13,7 @@ struct GRPCServerTests {
     let serverCert: String
     let serverKey: String
     let cancelledSleeps = Counter()
+    let startedSleeps = Counter()
 
     static let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
@@ -36,8 +38,10 @@ struct GRPCServerTests {
             throw GRPCStatus(.init(rawValue: Int(fields[1]?.varint ?? 2)), fields[2]?.string ?? "")
         }
         let cancelled = cancelledSleeps
+        let started = startedSleeps
         router.register(service: "echo.v1.Echo", method: "Sleep") { request, _ in
             let ms = MiniProto.fields(request)[1]?.varint ?? 0
+            started.increment()
             do {
                 try await Task.sleep(for: .milliseconds(Int64(ms)))
             } catch {
@@ -46,17 +50,29 @@ struct GRPCServerTests {
             }
             return []
         }
-        router.fallback = { request, responder in
-            responder.respond(status: 200, headers: [HTTP2Header("content-type", "application/json")], body: Array("{\"path\":\"\(request.path)\"}".utf8))
+        router.fallback = { request in
+            HTTP2ServerResponse(status: 200, headers: [HTTP2Header("content-type", "application/json")], body: Array("{\"path\":\"\(request.path)\"}".utf8))
         }
         return router
+    }
+
+    /// Starts a server for `router()`, runs its calls (`serve()`) beside `body`, and closes it.
+    func serving(_ configuration: GRPCServer.Configuration = .init(), _ body: (GRPCServer) async throws -> Void) async throws {
+        let server = try GRPCServer.start(configuration: configuration, router: router())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await server.serve() }
+            defer { server.close() }
+            try await body(server)
+        }
     }
 
     @Test(arguments: [false, true])
     func grpcioClientScenarios(tls: Bool) async throws {
         let http2 = HTTP2Server.Configuration(tls: tls ? HTTP2ServerTLS(certificateChainFile: serverCert, privateKeyFile: serverKey) : nil)
-        let server = try GRPCServer.start(configuration: .init(http2: http2), router: router())
-        defer { server.close() }
+        try await serving(.init(http2: http2)) { server in try await grpcioClientScenarios(server, tls: tls) }
+    }
+
+    func grpcioClientScenarios(_ server: GRPCServer, tls: Bool) async throws {
         var arguments = ["\(Self.repoRoot)/Tests/GRPCTests/Python/echo_client.py", directory]
         arguments += tls ? ["localhost:\(server.port)", serverCert] : ["127.0.0.1:\(server.port)"]
         let output = try await Tool.check("python3", arguments, timeout: .seconds(50))
@@ -80,8 +96,10 @@ struct GRPCServerTests {
     /// Raw HTTP/2 with nghttp (no client-side deadline): the server itself enforces grpc-timeout, and
     /// answers with a trailers-only response.
     @Test func serverEnforcesGrpcTimeoutAndRefusesCompression() async throws {
-        let server = try GRPCServer.start(configuration: .init(), router: router())
-        defer { server.close() }
+        try await serving { server in try await serverEnforcesGrpcTimeoutAndRefusesCompression(server) }
+    }
+
+    func serverEnforcesGrpcTimeoutAndRefusesCompression(_ server: GRPCServer) async throws {
         let sleepBody = directory + "/sleep.bin"
         try Data(GRPCWire.frame([0x08, 0xB8, 0x17])).write(to: URL(fileURLWithPath: sleepBody))  // milliseconds = 3000
         let grpcHeaders = ["-H", ":method: POST", "-H", "content-type: application/grpc", "-H", "te: trailers"]
@@ -105,11 +123,68 @@ struct GRPCServerTests {
     }
 
     @Test func nonGRPCRequestsReachTheFallback() async throws {
+        try await serving { server in
+            let result = try await Tool.check("curl", ["-sS", "--http2-prior-knowledge", "-H", "content-type: application/json", "-d", "{}",
+                                                      "http://127.0.0.1:\(server.port)/v1/registrations"])
+            #expect(result.stdout == "{\"path\":\"/v1/registrations\"}")
+        }
+    }
+
+    /// A call is a child task of `serve()`: `close()` cancels the calls still running and ends
+    /// `serve()` once they ended, long before the handler's own 30-s sleep would have.
+    @Test func closeCancelsTheCallsServeRunsAndEndsIt() async throws {
         let server = try GRPCServer.start(configuration: .init(), router: router())
         defer { server.close() }
-        let result = try await Tool.check("curl", ["-sS", "--http2-prior-knowledge", "-H", "content-type: application/json", "-d", "{}",
-                                                  "http://127.0.0.1:\(server.port)/v1/registrations"])
-        #expect(result.stdout == "{\"path\":\"/v1/registrations\"}")
+        let sleepBody = directory + "/sleep-long.bin"
+        try Data(GRPCWire.frame([0x08, 0xB0, 0xEA, 0x01])).write(to: URL(fileURLWithPath: sleepBody))  // milliseconds = 30000
+        let grpcHeaders = ["-H", ":method: POST", "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        let served = OneShot()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await server.serve()
+                served.fire()
+            }
+            group.addTask {
+                _ = try? await Tool.check("nghttp", grpcHeaders + ["-d", sleepBody, "http://127.0.0.1:\(server.port)/echo.v1.Echo/Sleep"], timeout: .seconds(40))
+            }
+            try await eventually("the handler to start its sleep") { startedSleeps.value == 1 }
+            #expect(!served.isFired, "serve() runs until the server ends")
+            let start = ContinuousClock.now
+            server.close()
+            try await eventually("serve() to return", timeout: .seconds(10)) { served.isFired }
+            #expect(ContinuousClock.now - start < .seconds(10))
+            #expect(cancelledSleeps.value == 1, "close() cancelled the running handler")
+            group.cancelAll()
+        }
+    }
+
+    /// Graceful shutdown is not cancellation: a call in progress when `shutdown` begins runs to its
+    /// end and is answered OK, and `serve()` returns after it.
+    @Test func shutdownLetsTheCallInProgressFinishThenEndsServe() async throws {
+        let server = try GRPCServer.start(configuration: .init(), router: router())
+        defer { server.close() }
+        let sleepBody = directory + "/sleep-short.bin"
+        try Data(GRPCWire.frame([0x08, 0xF4, 0x03])).write(to: URL(fileURLWithPath: sleepBody))  // milliseconds = 500
+        let grpcHeaders = ["-H", ":method: POST", "-H", "content-type: application/grpc", "-H", "te: trailers"]
+        let served = OneShot()
+        let answer = try await withThrowingTaskGroup(of: String?.self) { group in
+            group.addTask {
+                await server.serve()
+                served.fire()
+                return nil
+            }
+            group.addTask {
+                try await Tool.check("nghttp", ["-v"] + grpcHeaders + ["-d", sleepBody, "http://127.0.0.1:\(server.port)/echo.v1.Echo/Sleep"]).stdout
+            }
+            try await eventually("the handler to start its sleep") { startedSleeps.value == 1 }
+            await server.shutdown(gracePeriod: .seconds(10))
+            try await eventually("serve() to return") { served.isFired }
+            var answer: String?
+            for try await output in group where output != nil { answer = output }
+            return answer
+        }
+        #expect(cancelledSleeps.value == 0, "the call was not cancelled")
+        #expect(answer?.contains("grpc-status: 0") == true, "\(answer ?? "no answer")")
     }
 
     @Test func wireHelpers() throws {

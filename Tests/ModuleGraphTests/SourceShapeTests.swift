@@ -39,11 +39,6 @@ import Testing
             // started and stopped by calls, not run as a service (it is to become one, its tasks
             // children of its run()).
             "APNs/Client/APNsConnectionPool.swift": 10,
-            // A call's work and its deadline start from nghttp2's callback on the HTTP/2 server's own
-            // thread; they are to become children of the server service's task group.
-            "GRPC/GRPCServer.swift": 4,
-            // The JSON gateway's answer, started from the same callback.
-            "RegistrationServiceCore/RegistrationServer.swift": 1,
         ],
     ]
 

@@ -67,18 +67,22 @@ struct RegistrationServerAbuseTests {
         let server = try RegistrationServer.start(
             service: service, authenticator: authenticator, health: GRPCHealthService(services: []),
             configuration: .init(http2: .init(host: "127.0.0.1", port: 0)))
-        let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: server.port)
-        do {
-            try await body(Harness(connection: connection, time: time, authenticator: authenticator))
-        } catch {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await server.serve() }
+            defer { server.close() }  // ends serve() on every path; after a shutdown it does nothing more
+            let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: server.port)
+            do {
+                try await body(Harness(connection: connection, time: time, authenticator: authenticator))
+            } catch {
+                await connection.close()
+                await server.shutdown(gracePeriod: .seconds(1))
+                await producer.shutdown()
+                throw error
+            }
             await connection.close()
             await server.shutdown(gracePeriod: .seconds(1))
             await producer.shutdown()
-            throw error
         }
-        await connection.close()
-        await server.shutdown(gracePeriod: .seconds(1))
-        await producer.shutdown()
     }
 
     static func keyFile(_ key: APIKey, rate: Double? = nil, burst: Double? = nil, jwt: [String] = []) -> String {
