@@ -189,7 +189,9 @@ public final class GRPCServer: Sendable {
         guard isGRPCContentType(contentType) else {
             if let fallback = router.fallback {
                 let call: Call = { responder.respond(await fallback(request)) }
-                if !calls.enqueue(call) { responder.respond(status: 503, headers: [HTTP2Header("content-type", "text/plain")], body: Array("the server is stopping\n".utf8)) }
+                if !calls.enqueue(call) {
+                    responder.respond(status: 503, headers: [HTTP2Header("content-type", "text/plain")], body: Array((stopping.message + "\n").utf8))
+                }
             } else {
                 responder.respond(status: 415, headers: [HTTP2Header("content-type", "text/plain")], body: Array("expected content-type application/grpc\n".utf8))
             }
@@ -260,7 +262,7 @@ public final class GRPCServer: Sendable {
             }
         }
         let accepted = calls.enqueue { [timeout] in
-            await run(work, timeout: timeout, closed: nil) { call.complete(.failure(GRPCStatus(.deadlineExceeded, "deadline of \($0) exceeded"))) }
+            await run(work, timeout: timeout, closed: nil) { call.complete(.failure($0)) }
         }
         if !accepted { call.complete(.failure(stopping)) }
     }
@@ -286,7 +288,7 @@ public final class GRPCServer: Sendable {
         let closed = OneShot()
         responder.onClose { closed.fire() }
         let accepted = calls.enqueue {
-            await run(work, timeout: timeout, closed: closed) { writer.finish(GRPCStatus(.deadlineExceeded, "deadline of \($0) exceeded")) }
+            await run(work, timeout: timeout, closed: closed) { writer.finish($0) }
         }
         if !accepted { writer.finish(stopping) }
     }
@@ -294,9 +296,10 @@ public final class GRPCServer: Sendable {
     /// The status of a call that arrived after the server ended `serve()`.
     private static let stopping = GRPCStatus(.unavailable, "the server is stopping")
 
-    /// Runs `work` beside the call's deadline (`timeout`; `expire` answers it) and the client going
-    /// away (`closed`): whichever ends first ends the call, and the others are cancelled.
-    private static func run(_ work: @escaping Call, timeout: Duration?, closed: OneShot?, expire: @escaping @Sendable (Duration) -> Void) async {
+    /// Runs `work` beside the call's deadline (`timeout`; `expire` answers it with DEADLINE_EXCEEDED)
+    /// and the client going away (`closed`): whichever ends first ends the call, and the others are
+    /// cancelled.
+    private static func run(_ work: @escaping Call, timeout: Duration?, closed: OneShot?, expire: @escaping @Sendable (GRPCStatus) -> Void) async {
         guard timeout != nil || closed != nil else {
             await work()
             return
@@ -304,7 +307,10 @@ public final class GRPCServer: Sendable {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await work() }
             if let timeout {
-                group.addTask { if (try? await Task.sleep(for: timeout)) != nil { expire(timeout) } }
+                group.addTask {
+                    guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                    expire(GRPCStatus(.deadlineExceeded, "deadline of \(timeout) exceeded"))
+                }
             }
             if let closed {
                 group.addTask { await closed.wait() }
