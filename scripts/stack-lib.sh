@@ -44,14 +44,17 @@ start_service() {
   echo $! >"$VAR/run/$name.pid"
 }
 
-# Starts service $1 again (its log continues) from its saved environment and command line.
+# Starts service $1 again (its log continues) from its saved environment and command line; the
+# VAR=VALUE arguments after it are set on top of the saved environment for this start only (the saved
+# files are not changed, so the next restart without them goes back to scripts/up's settings).
 restart_service() {
-  local name=$1
+  local name=$1; shift
   [ -f "$VAR/run/$name.cmd" ] && [ -f "$VAR/run/$name.env" ] || { echo "restart: $name was not started by scripts/up in $VAR" >&2; exit 1; }
   local -a command environment
   mapfile -d '' command <"$VAR/run/$name.cmd"
   mapfile -d '' environment <"$VAR/run/$name.env"
-  nohup env -i "${environment[@]}" "${command[@]}" >>"$VAR/log/$name.log" 2>&1 </dev/null &
+  # env(1) applies its assignments in order: an override given here wins over the saved value.
+  nohup env -i "${environment[@]}" "$@" "${command[@]}" >>"$VAR/log/$name.log" 2>&1 </dev/null &
   echo $! >"$VAR/run/$name.pid"
 }
 

@@ -91,6 +91,64 @@ def test_restart_restarts_one_service_and_waits_for_its_readiness():
     assert subprocess.run([str(ROOT / "scripts" / "restart"), "kafka"], env=env, capture_output=True).returncode == 2
 
 
+def test_restart_with_settings_changes_them_for_that_start_only():
+    """`scripts/restart NAME VAR=VALUE …` starts the service with those settings on top of the saved
+    ones (the last one given wins); the next restart without them goes back to scripts/up's; an
+    argument that is not VAR=VALUE is refused before the running service is touched."""
+    env = {**os.environ, "PUSH_VAR_DIR": str(stack.VAR_DIR)}
+    run = stack.VAR_DIR / "run"
+    restart = str(ROOT / "scripts" / "restart")
+
+    saved = (run / "registration-service.env").read_bytes()
+    try:
+        done = subprocess.run([restart, "registration-service", "PUSH_KAFKA_LINGER_MS=7", "PUSH_KAFKA_LINGER_MS=8", "LOG_LEVEL=debug"],
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "with PUSH_KAFKA_LINGER_MS=7 PUSH_KAFKA_LINGER_MS=8 LOG_LEVEL=debug" in done.stdout, done.stdout
+        changed = stack.process_environ("registration-service")
+        assert changed.get("PUSH_KAFKA_LINGER_MS") == "8" and changed.get("LOG_LEVEL") == "debug", changed
+        status, body, _ = stack.admin("registration", "/metrics")
+        assert status == 200 and re.search(r"^push_kafka_producer_linger_seconds 0\.008$", body, re.M), "the setting did not take"
+        assert (run / "registration-service.env").read_bytes() == saved, "the saved settings changed"
+        pid = (run / "registration-service.pid").read_text()
+        refused = subprocess.run([restart, "registration-service", "LOG_LEVEL"], env=env, capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and "'LOG_LEVEL' is not a VAR=VALUE setting" in refused.stderr, refused.stderr
+        assert (run / "registration-service.pid").read_text() == pid and Path(f"/proc/{pid.strip()}").exists(), "a refused restart stopped it"
+    finally:
+        back = subprocess.run([restart, "registration-service"], env=env, capture_output=True, text=True, timeout=180)
+    assert back.returncode == 0, back.stdout + back.stderr
+    restored, kept = stack.process_environ("registration-service"), dict(item.split("=", 1) for item in saved.decode().split("\0") if "=" in item)
+    for name in ("PUSH_KAFKA_LINGER_MS", "LOG_LEVEL"):
+        assert restored.get(name) == kept.get(name), (name, restored.get(name), kept.get(name))
+
+
+def test_bench_campaign_lanes_limit_is_half_the_unthrottled_rate_unless_told():
+    """The lanes figure's campaign limit (issue setting: half the unthrottled campaign rate); a wrong
+    BENCH_LANE_LIMIT is refused by name, and `half` without a measured rate is refused rather than
+    run unthrottled."""
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts" / "bench"))
+    import bench_campaign
+    from benchlib import BenchError
+
+    assert bench_campaign.lane_campaign_limit("half", 11_042) == (5_521, "half the unthrottled 11,042/s")
+    assert bench_campaign.lane_campaign_limit("none", 11_042) == (0.0, "none")
+    assert bench_campaign.lane_campaign_limit("3650", 11_042) == (3_650, "BENCH_LANE_LIMIT")
+    for wrong in ("fast", "0", "-5", ""):
+        try:
+            bench_campaign.lane_campaign_limit(wrong, 11_042)
+        except BenchError as error:
+            assert f"BENCH_LANE_LIMIT must be half, none or a rate per second above 0, not {wrong!r}" in str(error)
+        else:
+            raise AssertionError(f"BENCH_LANE_LIMIT={wrong!r} was accepted")
+    try:
+        bench_campaign.lane_campaign_limit("half", 0)
+    except BenchError as error:
+        assert "needs a campaign rate" in str(error)
+    else:
+        raise AssertionError("half of no measured rate was accepted")
+
+
 def test_every_role_needs_a_password_over_tcp_and_secrets_are_owner_only():
     superuser = stack.stack_env()["PUSH_PG_SUPERUSER_URL"]
     assert subprocess.run(["psql", superuser, "-Atc", "SELECT current_user"], capture_output=True, text=True).stdout.strip() == "postgres"

@@ -16,9 +16,13 @@ Then the lanes figure (BENCH_LANE=0 skips it): single-user requests of another a
 BENCH_LANE_RATE (100)/s for BENCH_LANE_SECS (15) s, p99 from created_at_ms to the RequestCompleted seen,
 first with no campaign running, then while a campaign of the last size runs (cancelled once the paced
 load ends, so a large audience need not finish), BENCH_RUNS times. Goal: the median of the runs' p99
-with the campaign / p99 without ≤ 2. The
-issue's setting for it is a campaign rate-limited to half its unthrottled rate: run once without a
-limit, then restart the stack's dispatcher with PUSH_CAMPAIGN_RATE_LIMITS=com.example.benchcampaign=<half>.
+with the campaign / p99 without ≤ 2, with the campaign limited to half its unthrottled rate
+(docs/campaigns.md "The CPU"). BENCH_LANE_LIMIT says which limit: `half` (default) restarts the
+stack's dispatcher (scripts/restart, its other settings kept) with
+PUSH_CAMPAIGN_RATE_LIMITS=com.example.benchcampaign=<half the last size's median campaign rate>, and
+restarts it with its own settings again afterwards; a number sets that limit the same way; `none`
+runs the campaign unthrottled. A dispatcher that already runs with a limit for the bench's app keeps
+it, and nothing is restarted.
 """
 from __future__ import annotations
 
@@ -77,12 +81,15 @@ def main() -> int:
     sampler = B.RSSSampler(dispatcher)
     notification = send_pb.Notification(bundle_id=BUNDLE, push_type=common_pb.PushType.Value("PUSH_TYPE_ALERT"), payload=PAYLOAD)
     summary = []
+    last_campaign_rate = 0.0
     # The dispatcher's own per-app limit, when it runs with one for the bench's app (PUSH_CAMPAIGN_RATE_LIMITS
     # or PUSH_CAMPAIGN_RATE_PER_APP): the measured campaign rate is then compared with it.
     denv = B.process_env(dispatcher)
     limits = dict(pair.strip().split("=", 1) for pair in denv.get("PUSH_CAMPAIGN_RATE_LIMITS", "").split(",") if "=" in pair)
     limit = float(limits.get(BUNDLE, denv.get("PUSH_CAMPAIGN_RATE_PER_APP", "0")) or 0)
     try:
+        lane_setting = os.environ.get("BENCH_LANE_LIMIT", "half")
+        lane_campaign_limit(lane_setting, 1.0)  # a wrong setting fails now, not after the campaigns
         out(f"bench-campaign: sizes {sizes}, {runs} run(s); dispatcher pid {dispatcher}; loadavg {B.loadavg()}")
         for size in sizes:
             user = f"{prefix}u{size}"
@@ -129,6 +136,7 @@ def main() -> int:
                     out(f"  run {run + 1} {kind:8} {completed.total:,} tokens ({completed.delivered:,} delivered) in {elapsed:.2f} s:"
                         f" {rate:,.0f} notifications/s | loadavg {load}")
             f, c = B.median(fanout), B.median(campaign)
+            last_campaign_rate = c
             sampled = max(p[0] for p in peaks)
             hwm = max(p[1] for p in peaks)
             line = (f"size {size:,}: campaign {c:,.0f}/s vs fan-out {f:,.0f}/s (median of {runs}): ratio {c / f:.3f}"
@@ -141,7 +149,23 @@ def main() -> int:
             summary.append(line)
             out(line)
         if sizes and os.environ.get("BENCH_LANE", "1") != "0":
-            summary.append(lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix, sizes[-1], limit))
+            lane_limit, limited_by = limit, "the dispatcher's own"
+            restarted = None
+            if not limit:
+                lane_limit, limited_by = lane_campaign_limit(lane_setting, last_campaign_rate)
+            if lane_limit and not limit:
+                restarted = B.changed_settings("dispatcher")
+                others = denv.get("PUSH_CAMPAIGN_RATE_LIMITS", "")
+                setting = ",".join(filter(None, [others, f"{BUNDLE}={lane_limit:.0f}"]))
+                out(f"lanes: restarting the dispatcher with PUSH_CAMPAIGN_RATE_LIMITS={setting} ({limited_by})")
+                reader.dispatcher_pid = B.restart("dispatcher", {**restarted, "PUSH_CAMPAIGN_RATE_LIMITS": setting})
+            try:
+                summary.append(lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix, sizes[-1],
+                                           lane_limit, limited_by))
+            finally:
+                if restarted is not None:
+                    out("lanes: restarting the dispatcher with its own settings")
+                    reader.dispatcher_pid = B.restart("dispatcher", restarted)
         out()
         for line in summary:
             out(line)
@@ -157,7 +181,26 @@ def main() -> int:
                    f" DELETE FROM campaigns WHERE request_id LIKE '{prefix}%';", timeout=600)
 
 
-def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: str, size: int, limit: float) -> str:
+def lane_campaign_limit(setting: str, unthrottled: float) -> tuple[float, str]:
+    """The campaign limit of the lanes figure for BENCH_LANE_LIMIT `setting` (`half`, `none` or a rate
+    per second) and what it is, given the campaign rate measured unthrottled (per second)."""
+    if setting == "none":
+        return 0.0, "none"
+    if setting == "half":
+        if unthrottled <= 0:
+            raise BenchError("BENCH_LANE_LIMIT=half needs a campaign rate: BENCH_CAMPAIGN_SIZES measured none")
+        return unthrottled / 2, f"half the unthrottled {unthrottled:,.0f}/s"
+    try:
+        rate = float(setting)
+    except ValueError:
+        rate = 0.0
+    if rate <= 0:
+        raise BenchError(f"BENCH_LANE_LIMIT must be half, none or a rate per second above 0, not {setting!r}")
+    return rate, "BENCH_LANE_LIMIT"
+
+
+def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: str, size: int, limit: float,
+                limited_by: str) -> str:
     """The paced single-user p99 without and with a campaign of `size` running (the audience seeded by
     the last size of the main loop); the campaign is cancelled when the paced load ends."""
     rate, secs = B.env_int("BENCH_LANE_RATE", 100), B.env_int("BENCH_LANE_SECS", 15)
@@ -173,7 +216,7 @@ def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: 
     lane_notification.bundle_id = LANE_BUNDLE
     runs = B.env_int("BENCH_RUNS", 3)
     out(f"lanes: single-user requests of {LANE_BUNDLE} paced at {rate}/s for {secs} s, without and with a campaign "
-        f"of {size:,} tokens (campaign limit: {f'{limit:,.0f}/s' if limit else 'none'}), {runs} run(s) | loadavg {B.loadavg()}")
+        f"of {size:,} tokens (campaign limit: {f'{limit:,.0f}/s, {limited_by}' if limit else 'none'}), {runs} run(s) | loadavg {B.loadavg()}")
     alone, with_campaign, ratios = [], [], []
     for run in range(runs):
         alone50, alone99, alone_rate = paced_p99(producer, reader, send_pb, lane_notification, users, rate, secs,
@@ -207,7 +250,7 @@ def lane_figure(pg, producer, reader, send_pb, common_pb, notification, prefix: 
     line = (f"lanes: paced single-user p99 {B.median(with_campaign):,.0f} ms with the campaign vs {B.median(alone):,.0f} ms without"
             f" (medians of {runs}); median of the runs' ratios {ratio:.2f}× (runs {', '.join(f'{r:.2f}' for r in ratios)})"
             f" (goal ≤ {GOAL_LANE_P99:g}×) {'PASS' if ratio <= GOAL_LANE_P99 else 'MISS'}"
-            f" (campaign limit: {f'{limit:,.0f}/s' if limit else 'none'}) | loadavg {B.loadavg()}")
+            f" (campaign limit: {f'{limit:,.0f}/s, {limited_by}' if limit else 'none'}) | loadavg {B.loadavg()}")
     out(line)
     return line
 

@@ -422,7 +422,29 @@ def process_env(pid: int) -> dict[str, str]:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return {}
+    return env_pairs(raw)
+
+
+def env_pairs(raw: bytes) -> dict[str, str]:
+    """NUL-separated VAR=VALUE pairs (a /proc/PID/environ, or the environment scripts/up saved)."""
     return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def changed_settings(name: str) -> dict[str, str]:
+    """The settings running stack service `name` has beyond those scripts/up saved for it (an earlier
+    `scripts/restart NAME VAR=VALUE`'s), to hand to `restart` again."""
+    saved = env_pairs((VAR_DIR / "run" / f"{name}.env").read_bytes())
+    return {k: v for k, v in process_env(pid_of(name)).items() if saved.get(k) != v}
+
+
+def restart(name: str, settings: dict[str, str]) -> int:
+    """Restarts stack service `name` with scripts/restart, `settings` on top of the environment
+    scripts/up saved for it (for this start only), and returns its new pid."""
+    done = subprocess.run([str(ROOT / "scripts" / "restart"), name, *(f"{k}={v}" for k, v in settings.items())],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PUSH_VAR_DIR": str(VAR_DIR)})
+    if done.returncode != 0:
+        raise BenchError(f"scripts/restart {name} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+    return pid_of(name)
 
 
 # ---- apns-bench
