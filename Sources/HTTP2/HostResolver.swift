@@ -11,11 +11,7 @@ public enum HostResolver {
         let resolved: [SocketOps.Address]
         do {
             // Always on a thread of its own, even for `localhost` (getaddrinfo reads /etc/hosts).
-            resolved = try await withCheckedThrowingContinuation { continuation in
-                let thread = Thread { continuation.resume(with: Result { try SocketOps.resolve(host: host, port: port) }) }
-                thread.name = "dns-resolve"
-                thread.start()
-            }
+            resolved = try await SocketOps.resolveOnThread(host: host, port: port)
         } catch let error as HTTP2Error {
             throw error
         } catch {

@@ -226,7 +226,7 @@ final class ConsumerCore: Sendable {
     /// Serializes pause and resume decisions with their `rd_kafka_pause_partitions`/`_resume_` calls
     /// (which wait for a librdkafka thread); readers never take it, so they are not held up meanwhile.
     private let pauseOrder = Mutex(())
-    private let commitThread = DedicatedThread(name: "kafka-consumer-commit")
+    private let commitThread = DedicatedThread(name: "kafka-commit")
     /// Signalled by the reader when it made room in a full buffer, and by `close`.
     private let spaceAvailable = DispatchSemaphore(value: 0)
     /// How long a full buffer may stay full before the partitions are paused.
@@ -271,9 +271,7 @@ final class ConsumerCore: Sendable {
     }
 
     func startPollThread() {
-        let thread = Thread { [self] in pollLoop() }
-        thread.name = "kafka-consumer-poll"
-        thread.start()
+        NamedThread.start(name: "kafka-cons-poll") { [self] in pollLoop() }
     }
 
     var assignment: [KafkaTopicPartition] { state.withLock { $0.partitions.assignment.sorted() } }

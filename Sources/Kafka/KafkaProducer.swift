@@ -214,9 +214,7 @@ final class ProducerCore: Sendable {
     }
 
     func startPollThread() {
-        let thread = Thread { [self] in pollLoop() }
-        thread.name = "kafka-producer-poll"
-        thread.start()
+        NamedThread.start(name: "kafka-prod-poll") { [self] in pollLoop() }
     }
 
     var pendingCount: Int { state.withLock { $0.pending.count } }

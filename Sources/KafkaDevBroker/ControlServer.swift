@@ -36,20 +36,16 @@ final class ControlServer: Sendable {
         self.port = Int(UInt16(bigEndian: address.sin_port))
         self.listener = fd
         let stopped = self.stopped
-        let thread = Thread {
+        NamedThread.start(name: "dev-broker-control") {
             while !stopped.flag.load(ordering: .relaxed) {
                 let connection = accept(fd, nil, nil)
                 if connection < 0 {
                     if errno == EINTR { continue }
                     break
                 }
-                let worker = Thread { ControlServer.serve(connection, controller: controller) }
-                worker.name = "dev-broker-control-conn"
-                worker.start()
+                NamedThread.start(name: "control-conn") { ControlServer.serve(connection, controller: controller) }
             }
         }
-        thread.name = "dev-broker-control"
-        thread.start()
         logger.info("control port listening", ["port": String(port)])
     }
 

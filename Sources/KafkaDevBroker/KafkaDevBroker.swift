@@ -170,14 +170,12 @@ public enum KafkaDevBroker {
         output.write("ready")
         logger.info("dev broker ready", ["bootstrap": cluster.bootstrapServers, "brokers": String(options.brokers)])
 
-        let stdinThread = Thread {
+        NamedThread.start(name: "dev-broker-stdin") {
             while let line = readLine() {
                 let answer = controller.execute(line)
                 output.write(answer)
             }
         }
-        stdinThread.name = "dev-broker-stdin"
-        stdinThread.start()
 
         let quit = AsyncStream<Void>.makeStream()
         controller.onQuit = { quit.continuation.yield() }

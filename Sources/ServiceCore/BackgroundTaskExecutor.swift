@@ -24,13 +24,11 @@ public final class BackgroundTaskExecutor: TaskExecutor, Sendable {
         self.niceness = niceness
         let queue = self.queue
         for index in 1...threads {
-            let thread = Thread {
+            NamedThread.start(name: "\(name)-\(index)") {
                 Self.lowerPriority(to: niceness)
                 let executor = self.asUnownedTaskExecutor()
                 while true { queue.next().runSynchronously(on: executor) }
             }
-            thread.name = "\(name)-\(index)"
-            thread.start()
         }
     }
 

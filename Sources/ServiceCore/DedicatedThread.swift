@@ -11,15 +11,13 @@ public final class DedicatedThread: Sendable {
     /// The thread's name, as shown by `top -H` and in crash logs.
     public let name: String
 
-    /// Starts a thread named `name`.
+    /// Starts a thread named `name` (the kernel keeps its first 15 bytes: `NamedThread`).
     public init(name: String) {
         self.name = name
         let queue = self.queue
-        let thread = Thread {
+        NamedThread.start(name: name) {
             while let job = queue.next() { job() }
         }
-        thread.name = name
-        thread.start()
     }
 
     deinit { shutdown() }

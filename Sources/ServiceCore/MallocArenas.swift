@@ -71,13 +71,11 @@ public enum MallocArenas {
     /// C call: not on the cooperative pool). `interval` must be positive.
     public static func startTrimming(every interval: Duration) {
         let seconds = max(interval.inSeconds, 0.001)
-        let thread = Thread {
+        NamedThread.start(name: "malloc-trim") {
             while true {
                 Thread.sleep(forTimeInterval: seconds)
                 trim()
             }
         }
-        thread.name = "malloc-trim"
-        thread.start()
     }
 }

@@ -60,8 +60,7 @@ final class EventLoop: @unchecked Sendable {
         readBuffer = .allocate(byteCount: 64 * 1024, alignment: 16)
         var event = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(fd: wake))
         epoll_ctl(ep, EPOLL_CTL_ADD, wake, &event)
-        let thread = Thread { self.run() }  // the thread keeps the loop alive until stop()
-        thread.name = name
+        let thread = NamedThread.make(name: name) { self.run() }  // the thread keeps the loop alive until stop()
         self.thread = thread
         thread.start()
     }

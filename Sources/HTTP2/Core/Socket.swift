@@ -1,4 +1,5 @@
 import Foundation
+import ServiceCore
 
 /// Plain BSD-socket helpers (non-blocking, close-on-exec, TCP_NODELAY).
 enum SocketOps {
@@ -34,13 +35,17 @@ enum SocketOps {
         return addresses
     }
 
-    /// Resolves on a short-lived thread of its own so that a slow DNS answer never blocks the pool.
+    /// Resolves on a short-lived thread of its own so that a slow DNS answer never blocks the pool;
+    /// an IP address or `localhost` at once.
     static func resolveAsync(host: String, port: Int) async throws -> [Address] {
         if isIPAddress(host) || host == "localhost" { return try resolve(host: host, port: port) }
-        return try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try resolve(host: host, port: port) }) }
-            thread.name = "http2-resolve"
-            thread.start()
+        return try await resolveOnThread(host: host, port: port)
+    }
+
+    /// `resolve` on a short-lived thread of its own (`dns-resolve`): `getaddrinfo` blocks.
+    static func resolveOnThread(host: String, port: Int) async throws -> [Address] {
+        try await withCheckedThrowingContinuation { continuation in
+            NamedThread.start(name: "dns-resolve") { continuation.resume(with: Result { try resolve(host: host, port: port) }) }
         }
     }
 

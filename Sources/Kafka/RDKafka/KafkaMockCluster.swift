@@ -135,13 +135,11 @@ private final class MockClusterOwner: @unchecked Sendable {
     /// thread. The context rides along: the host's log callback reads it until `rd_kafka_destroy` returns.
     deinit {
         let doomed = Doomed(host: host, cluster: cluster, context: context)
-        let thread = Thread {
+        NamedThread.start(name: "kafka-mock-end") {
             rd_kafka_mock_cluster_destroy(doomed.cluster)
             rd_kafka_destroy(doomed.host)
             withExtendedLifetime(doomed.context) {}
         }
-        thread.name = "kafka-mock-destroy"
-        thread.start()
     }
 
     /// What the destroying thread owns. `@unchecked Sendable`: handed over once, used by that thread only.
