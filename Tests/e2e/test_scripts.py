@@ -134,7 +134,7 @@ def test_bench_campaign_lanes_limit_is_half_the_unthrottled_rate_unless_told():
     assert bench_campaign.lane_campaign_limit("half", 11_042) == (5_521, "half the unthrottled 11,042/s")
     assert bench_campaign.lane_campaign_limit("none", 11_042) == (0.0, "none")
     assert bench_campaign.lane_campaign_limit("3650", 11_042) == (3_650, "BENCH_LANE_LIMIT")
-    for wrong in ("fast", "0", "-5", ""):
+    for wrong in ("fast", "0", "-5", "", "nan", "inf"):
         try:
             bench_campaign.lane_campaign_limit(wrong, 11_042)
         except BenchError as error:

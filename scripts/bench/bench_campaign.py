@@ -26,6 +26,7 @@ it, and nothing is restarted.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -194,7 +195,7 @@ def lane_campaign_limit(setting: str, unthrottled: float) -> tuple[float, str]:
         rate = float(setting)
     except ValueError:
         rate = 0.0
-    if rate <= 0:
+    if not math.isfinite(rate) or rate <= 0:
         raise BenchError(f"BENCH_LANE_LIMIT must be half, none or a rate per second above 0, not {setting!r}")
     return rate, "BENCH_LANE_LIMIT"
 
