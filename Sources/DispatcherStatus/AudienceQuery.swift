@@ -85,12 +85,12 @@ public struct AudienceQuery: Sendable, Equatable {
             conditions.append(condition("$\(parameters.count)"))
         }
         if let environment { add({ "environment = \($0)" }, .string(environment.rawValue)) }
-        if !locales.isEmpty { add({ "attributes->>'locale' = ANY(\($0)::text[])" }, .string(PostgresArrayLiteral.text(locales))) }
-        if !models.isEmpty { add({ "attributes->>'model' = ANY(\($0)::text[])" }, .string(PostgresArrayLiteral.text(models))) }
-        if let v = minAppVersion { add({ "push_version_tuple(attributes->>'app_version') >= \($0)::int[]" }, .string(v.postgresArray)) }
-        if let v = belowAppVersion { add({ "push_version_tuple(attributes->>'app_version') < \($0)::int[]" }, .string(v.postgresArray)) }
-        if let v = minOSVersion { add({ "push_version_tuple(attributes->>'os_version') >= \($0)::int[]" }, .string(v.postgresArray)) }
-        if let v = belowOSVersion { add({ "push_version_tuple(attributes->>'os_version') < \($0)::int[]" }, .string(v.postgresArray)) }
+        if !locales.isEmpty { add({ "attributes->>'locale' = ANY(\($0)::text[])" }, .textArray(locales)) }
+        if !models.isEmpty { add({ "attributes->>'model' = ANY(\($0)::text[])" }, .textArray(models)) }
+        if let v = minAppVersion { add({ "push_version_tuple(attributes->>'app_version') >= \($0)::int[]" }, .int32Array(v.int32Components)) }
+        if let v = belowAppVersion { add({ "push_version_tuple(attributes->>'app_version') < \($0)::int[]" }, .int32Array(v.int32Components)) }
+        if let v = minOSVersion { add({ "push_version_tuple(attributes->>'os_version') >= \($0)::int[]" }, .int32Array(v.int32Components)) }
+        if let v = belowOSVersion { add({ "push_version_tuple(attributes->>'os_version') < \($0)::int[]" }, .int32Array(v.int32Components)) }
         if registeredSinceMs > 0 { add({ "registered_at_ms >= \($0)" }, .int64(registeredSinceMs)) }
         return (conditions, parameters)
     }

@@ -35,7 +35,7 @@ public struct DottedVersion: Sendable, Hashable, Comparable, CustomStringConvert
 
     public var description: String { text }
 
-    /// The PostgreSQL `int[]` literal of the components ("{17,4,1}"; "{}" for zero), the form
-    /// `push_version_tuple` returns.
-    public var postgresArray: String { "{" + components.map(String.init).joined(separator: ",") + "}" }
+    /// The components as PostgreSQL `integer`s, the elements of what `push_version_tuple` returns
+    /// (a component has at most 9 digits, so it always fits).
+    public var int32Components: [Int32] { components.map { Int32($0) } }
 }

@@ -98,11 +98,12 @@ public final class PostgresConnection: Sendable {
     }
 
     /// libpq passes text parameters as C strings, so a NUL byte would silently cut the value short
-    /// (`"alice\0evil"` would be stored as `"alice"`); PostgreSQL's text cannot hold NUL at all.
+    /// (`"alice\0evil"` would be stored as `"alice"`); PostgreSQL's text cannot hold NUL at all, in a
+    /// text value or in an element of a `text[]`.
     /// - Throws: `PostgresError` with SQLSTATE 22021 (character not in repertoire), naming the parameter.
     static func checkTextParameters(_ parameters: [PostgresValue?]) throws {
         for (index, parameter) in parameters.enumerated() {
-            guard let parameter, !parameter.isBinary, parameter.bytes.contains(0) else { continue }
+            guard let parameter, parameter.textContainsNUL else { continue }
             throw PostgresError(
                 code: .init(sqlState: "22021"),
                 message: "parameter $\(index + 1) contains a NUL byte, which PostgreSQL text cannot store")

@@ -16,17 +16,22 @@ public struct PostgresValue: Sendable, Hashable {
     let bytes: [UInt8]
     /// `true` for PostgreSQL's binary format, `false` for its text format.
     let isBinary: Bool
+    /// Whether text the server would receive holds U+0000, which PostgreSQL text cannot store: a text
+    /// value's bytes, or an element of a `text[]`.
+    let textContainsNUL: Bool
 
     private init(text: String, typeOID: UInt32) {
         self.typeOID = typeOID
         self.bytes = Array(text.utf8)
         self.isBinary = false
+        self.textContainsNUL = bytes.contains(0)
     }
 
-    private init(binary: [UInt8], typeOID: UInt32) {
+    init(binary: [UInt8], typeOID: UInt32, textContainsNUL: Bool = false) {
         self.typeOID = typeOID
         self.bytes = binary
         self.isBinary = true
+        self.textContainsNUL = textContainsNUL
     }
 
     /// A text value; the server infers its type from where `$n` appears (OID 0, "unknown").
@@ -105,6 +110,10 @@ enum PostgresTypeOID {
     static let numeric: UInt32 = 1700
     static let uuid: UInt32 = 2950
     static let jsonb: UInt32 = 3802
+    static let byteaArray: UInt32 = 1001
+    static let int4Array: UInt32 = 1007
+    static let textArray: UInt32 = 1009
+    static let int8Array: UInt32 = 1016
 
     /// The SQL name of well-known types, for error messages.
     static func name(of oid: UInt32) -> String {
@@ -129,6 +138,10 @@ enum PostgresTypeOID {
         case numeric: "numeric"
         case uuid: "uuid"
         case jsonb: "jsonb"
+        case byteaArray: "bytea[]"
+        case int4Array: "integer[]"
+        case textArray: "text[]"
+        case int8Array: "bigint[]"
         default: "type oid \(oid)"
         }
     }

@@ -24,8 +24,9 @@ struct CampaignDecisionTests {
         #expect(try v("0") < v("0.0.1"))
         #expect(try v("010.1") == v("10.1"))
         #expect(try v("1.05") > v("1.4"))
-        #expect(try v("1.2.0").postgresArray == "{1,2}")
-        #expect(try v("0.0").postgresArray == "{}")
+        #expect(try v("1.2.0").int32Components == [1, 2])
+        #expect(try v("0.0").int32Components == [])
+        #expect(try v("999999999.1").int32Components == [999_999_999, 1])
     }
 
     @Test(arguments: ["", ".", "1.", ".1", "1..2", "1.2b", "v1", "-1", "1.2.3 ", "1234567890", "1,2", "１.２"])
@@ -96,8 +97,8 @@ struct CampaignDecisionTests {
         #expect(sql.contains("push_version_tuple(attributes->>'os_version') < $9::int[]"))
         #expect(sql.contains("registered_at_ms >= $10") && sql.hasSuffix("LIMIT $11"))
         let expected: [PostgresValue?] = [
-            .string("com.example.app"), .string("standard"), .string("ab"), .string(#"{"de_DE","it'; DROP TABLE device_tokens; --"}"#),
-            .string(#"{"iPhone15,2"}"#), .string("{2,10}"), .string("{3}"), .string("{17}"), .string("{18,1}"),
+            .string("com.example.app"), .string("standard"), .string("ab"), .textArray(["de_DE", "it'; DROP TABLE device_tokens; --"]),
+            .textArray(["iPhone15,2"]), .int32Array([2, 10]), .int32Array([3]), .int32Array([17]), .int32Array([18, 1]),
             .int64(1_700_000_000_000), .int(10),
         ]
         #expect(parameters == expected)

@@ -134,9 +134,14 @@ struct CampaignStoreTests {
         let texts = ["0", "0.0", "1", "1.0", "1.2", "1.2.0", "1.10", "1.9", "1.05", "010.1", "10.1", "17.4.1", "2", "1.99.99",
                      "1.2b", "", "1..2", "v1", "1234567890", "999999999.1"]
         for a in texts {
-            let rows = try await pool.query("SELECT push_version_tuple($1) AS v", [.string(a)])
+            // What the audience filter compares with: the components, given as an `integer[]` parameter.
+            let expected = DottedVersion(a).map { PostgresValue.int32Array($0.int32Components) }
+            let rows = try await pool.query(
+                "SELECT push_version_tuple($1) AS v, push_version_tuple($1) = $2::integer[] AS same", [.string(a), expected])
             let stored = try rows.first?.string("v")
-            #expect(stored == DottedVersion(a)?.postgresArray, "push_version_tuple('\(a)')")
+            #expect(stored == DottedVersion(a).map { "{" + $0.components.map(String.init).joined(separator: ",") + "}" },
+                    "push_version_tuple('\(a)')")
+            #expect(try rows.first?.bool("same") == (expected == nil ? nil : true), "push_version_tuple('\(a)') = its components")
         }
         for a in texts {
             for b in texts {

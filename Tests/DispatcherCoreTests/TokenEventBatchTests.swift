@@ -99,11 +99,4 @@ import Testing
         #expect(registration.attributes == #"{"locale":"de_CH"}"#)
         #expect(registration.replacementKey == .init(bundleID: "com.example.app", installationID: "x", kind: "standard"))
     }
-
-    @Test func arrayLiteralsEscapeQuotesBackslashesAndBytes() {
-        #expect(PostgresArrayLiteral.text([#"a"b"#, #"c\d"#, "", "{,}"]) == #"{"a\"b","c\\d","","{,}"}"#)
-        #expect(PostgresArrayLiteral.int64([1, -2]) == "{1,-2}")
-        #expect(PostgresArrayLiteral.bytea([[0x00, 0xff], []]) == #"{"\\x00ff","\\x"}"#)
-        #expect(PostgresArrayLiteral.text([String]()) == "{}")
-    }
 }

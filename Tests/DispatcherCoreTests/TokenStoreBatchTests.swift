@@ -28,7 +28,7 @@ func tokenRows(_ pool: PostgresPool, tokens: [String]? = nil) async throws -> [[
                    "attributes"]
     let rows = try await pool.query(
         "SELECT \(columns.joined(separator: ", ")) FROM device_tokens WHERE $1 = '' OR device_token = ANY($2::text[]) ORDER BY device_token",
-        [.string(tokens == nil ? "" : "some"), .string(PostgresArrayLiteral.text(tokens ?? []))])
+        [.string(tokens == nil ? "" : "some"), .textArray(tokens ?? [])])
     return try rows.map { row in try columns.map { try row.string($0) } }
 }
 

@@ -19,18 +19,6 @@ struct QueryTests {
         String(repeating: "x", count: 100_000),
     ]
 
-    /// A `bytea[]` literal of every byte value, an empty value and a large one reaches the server as the
-    /// same bytes, in order (`PostgresArrayLiteral.bytea`, how a batch of `send_log` reports is written).
-    @Test func byteaArrayLiteralsRoundTripExactly() async throws {
-        let values: [[UInt8]] = [Array(0...255), [], Array(repeating: 0x5c, count: 3), (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }]
-        try await TestDatabase.withConnection { connection in
-            let rows = try await connection.query(
-                "SELECT value, ordinality FROM unnest($1::bytea[]) WITH ORDINALITY AS t(value, ordinality) ORDER BY ordinality",
-                [.string(PostgresArrayLiteral.bytea(values))])
-            #expect(try rows.map { try $0.bytes("value") ?? [9] } == values)
-        }
-    }
-
     @Test func hostileStringsRoundTripExactly() async throws {
         try await TestDatabase.withConnection { connection in
             try await connection.execute("CREATE TABLE round_trip (id int PRIMARY KEY, s text, b bytea)")

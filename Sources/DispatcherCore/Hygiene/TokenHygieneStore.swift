@@ -193,7 +193,7 @@ public final class TokenHygieneStore: Sendable {
                     page.deactivated = try await connection.execute("""
                         UPDATE device_tokens SET status = 'inactive', inactive_reason = 'stale', inactive_at_ms = $2, updated_at = now()
                          WHERE device_token = ANY($1::text[])
-                        """, [.string(PostgresArrayLiteral.text(stale.map(\.deviceToken))), .int64(nowMs)])
+                        """, [.textArray(stale.map(\.deviceToken)), .int64(nowMs)])
                 }
             }
             if let inactiveBefore = cutoffs.deleteInactiveBeforeMs {

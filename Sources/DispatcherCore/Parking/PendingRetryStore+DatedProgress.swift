@@ -71,9 +71,9 @@ extension PendingRetryStore {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
                 Self.progressSQL,
-                [.string(PostgresArrayLiteral.text(undated)), .int(max(1, limit)),
-                 .string(PostgresArrayLiteral.text(dated.map(\.requestID))),
-                 .string(PostgresArrayLiteral.int64(dated.map(\.requestedAtMs)))],
+                [.textArray(undated), .int(max(1, limit)),
+                 .textArray(dated.map(\.requestID)),
+                 .int64Array(dated.map(\.requestedAtMs))],
                 prepared: true)
         }
         var result = try Self.progress(rows, completions: true)

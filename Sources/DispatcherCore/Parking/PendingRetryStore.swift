@@ -230,7 +230,7 @@ public final class PendingRetryStore: Sendable {
                 SELECT request_id, device_token, report, acknowledged, false AS parked FROM send_log_all WHERE request_id = ANY($1::text[])
                 UNION ALL
                 SELECT request_id, device_token, NULL, false, true FROM pending_retries WHERE request_id = ANY($1::text[])
-                """, [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+                """, [.textArray(requestIDs)], prepared: true)
         }
         return try Self.progress(rows)
     }
@@ -247,7 +247,7 @@ public final class PendingRetryStore: Sendable {
                 UNION ALL
                 SELECT request_id, device_token, NULL, false, true FROM pending_retries
                  WHERE request_id = $1 AND device_token = ANY($2::text[])
-                """, [.string(requestID), .string(PostgresArrayLiteral.text(tokens))], prepared: true)
+                """, [.string(requestID), .textArray(tokens)], prepared: true)
         }
         return try Self.progress(rows)[requestID] ?? RequestProgress()
     }

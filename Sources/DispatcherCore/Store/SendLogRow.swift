@@ -13,9 +13,10 @@ struct SendLogRow: Sendable, Hashable {
     var requestedAtMs: Int64
     /// `DeliveryOutcome`'s proto name (`DELIVERED`, …).
     var outcome: String
-    var httpStatus: Int64
+    /// The `integer` columns: clamped, as a status or a count past `Int32.max` never comes from Apple.
+    var httpStatus: Int32
     var apnsReason: String
-    var attempts: Int64
+    var attempts: Int32
     /// The serialized `FeedbackEvent`, as the caller publishes it.
     var report: [UInt8]
 
@@ -23,9 +24,9 @@ struct SendLogRow: Sendable, Hashable {
         self.key = Key(requestID: report.requestID, deviceToken: report.deviceToken)
         self.requestedAtMs = report.requestedAtMs
         self.outcome = report.outcome.protoName ?? "UNKNOWN"
-        self.httpStatus = Int64(report.httpStatus)
+        self.httpStatus = Int32(clamping: report.httpStatus)
         self.apnsReason = report.apnsReason
-        self.attempts = Int64(report.attempts)
+        self.attempts = Int32(clamping: report.attempts)
         self.report = event
     }
 

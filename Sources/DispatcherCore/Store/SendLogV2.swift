@@ -72,14 +72,14 @@ public enum SendLogV2 {
 
     /// The parameters of `insert(probingOldTable:)` for `rows`.
     static func insertParameters(_ rows: [SendLogRow]) -> [PostgresValue?] {
-        [.string(PostgresArrayLiteral.text(rows.map(\.key.requestID))),
-         .string(PostgresArrayLiteral.text(rows.map(\.key.deviceToken))),
-         .string(PostgresArrayLiteral.int64(rows.map(\.requestedAtMs))),
-         .string(PostgresArrayLiteral.text(rows.map(\.outcome))),
-         .string(PostgresArrayLiteral.int64(rows.map(\.httpStatus))),
-         .string(PostgresArrayLiteral.text(rows.map(\.apnsReason))),
-         .string(PostgresArrayLiteral.int64(rows.map(\.attempts))),
-         .string(PostgresArrayLiteral.bytea(rows.map(\.report)))]
+        [.textArray(rows.map(\.key.requestID)),
+         .textArray(rows.map(\.key.deviceToken)),
+         .int64Array(rows.map(\.requestedAtMs)),
+         .textArray(rows.map(\.outcome)),
+         .int32Array(rows.map(\.httpStatus)),
+         .textArray(rows.map(\.apnsReason)),
+         .int32Array(rows.map(\.attempts)),
+         .byteaArray(rows.map(\.report))]
     }
 
     /// Whether the old `send_log` table has any row.

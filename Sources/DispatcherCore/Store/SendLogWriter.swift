@@ -154,8 +154,8 @@ public final class SendLogWriter: Service, Sendable {
                 UPDATE send_log_v2 AS s SET acknowledged = true FROM k
                  WHERE s.request_id = k.request_id AND s.device_token = k.device_token AND NOT s.acknowledged
                 """,
-                [.string(PostgresArrayLiteral.text(keys.map(\.requestID))),
-                 .string(PostgresArrayLiteral.text(keys.map(\.deviceToken)))],
+                [.textArray(keys.map(\.requestID)),
+                 .textArray(keys.map(\.deviceToken))],
                 prepared: true)
         }
     }
@@ -216,8 +216,8 @@ public final class SendLogWriter: Service, Sendable {
                       JOIN unnest($1::text[], $2::text[]) AS k(request_id, device_token)
                         ON s.request_id = k.request_id AND s.device_token = k.device_token
                     """,
-                    [.string(PostgresArrayLiteral.text(existing.map(\.key.requestID))),
-                     .string(PostgresArrayLiteral.text(existing.map(\.key.deviceToken)))],
+                    [.textArray(existing.map(\.key.requestID)),
+                     .textArray(existing.map(\.key.deviceToken))],
                     prepared: true)
                 for row in stored {
                     let key = SendLogRow.Key(

@@ -26,9 +26,9 @@ extension TokenStore {
                 INSERT INTO request_completions (request_id, event_id, status)
                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (request_id) DO NOTHING
                 """,
-                [.string(PostgresArrayLiteral.text(completions.map(\.requestID))),
-                 .string(PostgresArrayLiteral.text(completions.map(\.eventID))),
-                 .string(PostgresArrayLiteral.text(completions.map { $0.status == .cancelled ? "cancelled" : "completed" }))],
+                [.textArray(completions.map(\.requestID)),
+                 .textArray(completions.map(\.eventID)),
+                 .textArray(completions.map { $0.status == .cancelled ? "cancelled" : "completed" })],
                 prepared: true)
         }
     }
@@ -40,7 +40,7 @@ extension TokenStore {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
                 "SELECT request_id FROM request_completions WHERE request_id = ANY($1::text[])",
-                [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+                [.textArray(requestIDs)], prepared: true)
         }
         return Set(try rows.compactMap { try $0.string("request_id") })
     }

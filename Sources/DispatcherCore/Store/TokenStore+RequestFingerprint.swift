@@ -34,8 +34,8 @@ extension TokenStore {
                 SELECT f.request_id, f.fingerprint
                   FROM request_fingerprints f WHERE f.request_id = ANY($1::text[])
                 """,
-                [.string(PostgresArrayLiteral.text(requests.map(\.requestID))),
-                 .string(PostgresArrayLiteral.bytea(requests.map(\.fingerprint)))],
+                [.textArray(requests.map(\.requestID)),
+                 .byteaArray(requests.map(\.fingerprint))],
                 prepared: true)
         }
         var earlier: [String: [UInt8]] = [:]

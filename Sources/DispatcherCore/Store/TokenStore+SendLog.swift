@@ -11,7 +11,7 @@ extension TokenStore {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
                 "SELECT request_id, device_token, report, acknowledged FROM send_log_all WHERE request_id = ANY($1::text[])",
-                [.string(PostgresArrayLiteral.text(requestIDs))], prepared: true)
+                [.textArray(requestIDs)], prepared: true)
         }
         var result: [String: [String: RecordedOutcome]] = [:]
         for row in rows {
@@ -47,7 +47,7 @@ extension TokenStore {
                     SELECT \(Self.columns) FROM device_tokens d
                      WHERE d.user_id = u.user_id AND d.status = 'active' ORDER BY d.device_token LIMIT $2) AS t
                 """,
-                [.string(PostgresArrayLiteral.text(userIDs)), .int(max(1, limit))], prepared: true)
+                [.textArray(userIDs), .int(max(1, limit))], prepared: true)
         }
         var result: [String: [StoredToken]] = [:]
         for row in rows {

@@ -78,7 +78,7 @@ extension TokenStore {
             SELECT device_token, bundle_id, status = 'active' AS active, COALESCE(inactive_at_ms, last_event_at_ms) AS inactive_since
               FROM device_tokens WHERE device_token = ANY($1::text[])
             """,
-            [.string(PostgresArrayLiteral.text(registrations.map(\.token)))], prepared: true)
+            [.textArray(registrations.map(\.token))], prepared: true)
         var owners: [String: TokenOwnership.Row] = [:]
         for row in rows {
             guard let token = try row.string("device_token"), let bundle = try row.string("bundle_id") else { continue }
@@ -149,14 +149,14 @@ extension TokenStore {
                        AS e(token, bundle, environment, kind, user_id, installation, at_ms, attributes)
                 \(Self.registrationUpsert)
                 """,
-                [.string(PostgresArrayLiteral.text(registrations.map(\.token))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.bundleID))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.environment))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.kind))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.userID))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.installationID))),
-                 .string(PostgresArrayLiteral.int64(registrations.map(\.eventTimeMs))),
-                 .string(PostgresArrayLiteral.text(registrations.map(\.attributes)))],
+                [.textArray(registrations.map(\.token)),
+                 .textArray(registrations.map(\.bundleID)),
+                 .textArray(registrations.map(\.environment)),
+                 .textArray(registrations.map(\.kind)),
+                 .textArray(registrations.map(\.userID)),
+                 .textArray(registrations.map(\.installationID)),
+                 .int64Array(registrations.map(\.eventTimeMs)),
+                 .textArray(registrations.map(\.attributes))],
                 prepared: true)
             changed += rows.count
             var changedTokens = Set<String>()
@@ -175,12 +175,12 @@ extension TokenStore {
                        AND d.user_id IS NOT DISTINCT FROM NULLIF(r.user_id, '')
                        AND d.device_token <> r.token AND d.status = 'active' AND d.last_event_at_ms < r.at_ms
                     """,
-                    [.string(PostgresArrayLiteral.text(replacing.map(\.bundleID))),
-                     .string(PostgresArrayLiteral.text(replacing.map(\.installationID))),
-                     .string(PostgresArrayLiteral.text(replacing.map(\.kind))),
-                     .string(PostgresArrayLiteral.text(replacing.map(\.token))),
-                     .string(PostgresArrayLiteral.int64(replacing.map(\.eventTimeMs))),
-                     .string(PostgresArrayLiteral.text(replacing.map(\.userID)))],
+                    [.textArray(replacing.map(\.bundleID)),
+                     .textArray(replacing.map(\.installationID)),
+                     .textArray(replacing.map(\.kind)),
+                     .textArray(replacing.map(\.token)),
+                     .int64Array(replacing.map(\.eventTimeMs)),
+                     .textArray(replacing.map(\.userID))],
                     prepared: true)
             }
             // Only barrier layers hold a registration with a previous token (alone).
@@ -194,9 +194,9 @@ extension TokenStore {
             // cannot activate it.
             changed += try await connection.execute(
                 Self.unregistrationSQL,
-                [.string(PostgresArrayLiteral.text(unregistrations.map(\.token))),
-                 .string(PostgresArrayLiteral.text(unregistrations.map(\.bundleID))),
-                 .string(PostgresArrayLiteral.int64(unregistrations.map(\.eventTimeMs)))],
+                [.textArray(unregistrations.map(\.token)),
+                 .textArray(unregistrations.map(\.bundleID)),
+                 .int64Array(unregistrations.map(\.eventTimeMs))],
                 prepared: true)
         }
         return changed

@@ -101,8 +101,8 @@ public final class TokenStore: Sendable {
         let changed = try await pool.withConnection { connection in
             try await connection.execute(
                 Self.unregistrationSQL,
-                [.string(PostgresArrayLiteral.text([token])), .string(PostgresArrayLiteral.text([bundleID])),
-                 .string(PostgresArrayLiteral.int64([eventTime]))],
+                [.textArray([token]), .textArray([bundleID]),
+                 .int64Array([eventTime])],
                 prepared: true)
         }
         return changed > 0
@@ -134,7 +134,7 @@ public final class TokenStore: Sendable {
         let rows = try await pool.withConnection { connection in
             try await connection.query(
                 "SELECT \(Self.columns) FROM device_tokens WHERE device_token = ANY($1::text[])",
-                [.string(Self.arrayLiteral(tokens))])
+                [.textArray(tokens)])
         }
         var result: [String: StoredToken] = [:]
         for row in rows {
@@ -156,7 +156,7 @@ public final class TokenStore: Sendable {
                    AND token_kind = ANY($3::text[]) AND ($4 = '' OR environment = $4)
                  ORDER BY device_token
                 """,
-                [.string(Self.arrayLiteral(userIDs)), .string(bundleID), .string(Self.arrayLiteral(kinds)),
+                [.textArray(userIDs), .string(bundleID), .textArray(kinds),
                  .string(environment?.rawValue ?? "")])
         }
         return try rows.map(Self.storedToken)
@@ -283,12 +283,6 @@ public final class TokenStore: Sendable {
             userID: try row.string("user_id") ?? "",
             installationID: try row.string("installation_id") ?? "",
             isActive: try row.string("status") == "active")
-    }
-
-    /// A PostgreSQL array literal (`{"a","b"}`) with every element quoted and escaped, passed as
-    /// one text parameter and cast with `::text[]`.
-    static func arrayLiteral(_ values: [String]) -> String {
-        PostgresArrayLiteral.text(values)
     }
 
     /// `attributes` as a JSON object (keys sorted), for a `jsonb` parameter; written by the project's one JSON writer.
