@@ -106,6 +106,32 @@ struct SendLogWriterTests {
         await pool.close()
     }
 
+    /// One batch mixing a key recorded before, new keys and a key twice: the statement inserts fewer
+    /// rows than the batch has keys, so the stored reports are read back for all of them; each caller
+    /// still gets its own bytes for a new key and the stored bytes for the old one.
+    @Test func aBatchWithAnExistingKeyGivesEachCallerWhatIsStored() async throws {
+        let (store, pool) = try await Self.store()
+        let request = "mixed-\(UUID())"
+        #expect(try await store.recordOutcome(Self.report(request, "old"), event: [0x01]))
+        let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 4)
+        let results = try await whileRunning(writer) {
+            try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
+                group.addTask { ("old", try await writer.record(Self.report(request, "old"), event: [0x02])) }
+                group.addTask { ("new", try await writer.record(Self.report(request, "new"), event: [0x03])) }
+                group.addTask { ("twice-a", try await writer.record(Self.report(request, "twice"), event: [0x04])) }
+                group.addTask { ("twice-b", try await writer.record(Self.report(request, "twice"), event: [0x05])) }
+                return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
+            }
+        }
+        let stored = try await store.recordedOutcomes(requestID: request)
+        #expect(results["old"] == [0x01] && stored["old"] == [0x01], "the earlier record stands")
+        #expect(results["new"] == [0x03] && stored["new"] == [0x03])
+        let twice = try #require(stored["twice"])
+        #expect(twice == [0x04] || twice == [0x05])
+        #expect(results["twice-a"] == twice && results["twice-b"] == twice)
+        await pool.close()
+    }
+
     @Test func duplicatesInOneBatchGetTheFirstBytes() async throws {
         let (store, pool) = try await Self.store()
         let writer = SendLogWriter(pool: pool, flushInterval: .seconds(3600), maxBatch: 3)

@@ -38,7 +38,8 @@ public enum SendLogV2 {
 
     /// The batch `INSERT` of `SendLogWriter` and `TokenStore.recordOutcome`: parameters $1 request
     /// ids, $2 device tokens, $3 `requested_at_ms` (0: today, UTC), $4 outcomes, $5 HTTP statuses,
-    /// $6 Apple reasons, $7 attempts, $8 reports, as arrays; returns the keys inserted.
+    /// $6 Apple reasons, $7 attempts, $8 reports, as arrays; its affected row count is the number of
+    /// keys inserted (a key that has a row already is left as it is).
     /// - Parameter probingOldTable: whether keys present in the old `send_log` are left out (while it
     ///   has rows, `LegacySendLogCheck`).
     static func insert(probingOldTable: Bool) -> String {
@@ -51,7 +52,6 @@ public enum SendLogV2 {
          WHERE NOT EXISTS (SELECT 1 FROM send_log AS s WHERE s.request_id = i.request_id AND s.device_token = i.device_token)
         """ : "")
         ON CONFLICT (request_id, device_token, request_day) DO NOTHING
-        RETURNING request_id, device_token
         """
     }
 

@@ -99,7 +99,7 @@ public final class SendLogWriter: Service, Sendable {
             do {
                 let bytes = try await SendLogWriter.write(pool, rows, legacy: legacy)
                 DispatcherMetrics.shared.sendLogWrites.increment(by: Double(rows.count))
-                return rows.map { bytes[$0.key] }
+                return bytes
             } catch {
                 logger.warning("writing a send_log batch failed", ["rows": String(rows.count), "error": "\(error)"])
                 throw error
@@ -175,7 +175,7 @@ public final class SendLogWriter: Service, Sendable {
     ///   writer stopped.
     public func record(_ report: DeliveryReport, event: [UInt8]) async throws -> [UInt8] {
         let row = SendLogRow(report, event: event)
-        if row.texts.contains(where: { $0.unicodeScalars.contains("\0") }) {
+        if row.texts.contains(where: { $0.utf8.contains(0) }) {
             throw PostgresError(code: .init(sqlState: "22021"), message: "a send_log text field contains U+0000")
         }
         guard let bytes = try await batcher.submit(row) else {
@@ -185,48 +185,61 @@ public final class SendLogWriter: Service, Sendable {
     }
 
     /// Inserts the rows (the first of each key) into `send_log_v2`, leaving out keys the old
-    /// `send_log` holds while it has rows (`LegacySendLogCheck`), then reads the stored bytes of the
-    /// keys not inserted from `send_log_all` (docs/send-log.md).
-    /// - Returns: the bytes to publish, by key.
-    static func write(_ pool: PostgresPool, _ rows: [SendLogRow], legacy: LegacySendLogProbe) async throws -> [SendLogRow.Key: [UInt8]] {
+    /// `send_log` holds while it has rows (`LegacySendLogCheck`) (docs/send-log.md).
+    ///
+    /// When the statement inserted every key, each row's own report is what to publish, and nothing
+    /// is read back: the usual batch. Otherwise some keys had a row already (a redelivered request,
+    /// a concurrent writer, the old table), and the stored reports of the batch's keys are read from
+    /// `send_log_all`: for a key this statement inserted, that is its own report.
+    /// - Returns: the bytes to publish, one per row of `rows`, in order (a row whose key came earlier
+    ///   in the batch gets the bytes of that first row).
+    static func write(_ pool: PostgresPool, _ rows: [SendLogRow], legacy: LegacySendLogProbe) async throws -> [[UInt8]?] {
         var unique: [SendLogRow] = []
-        var seen = Set<SendLogRow.Key>()
-        for row in rows where seen.insert(row.key).inserted { unique.append(row) }
+        var uniqueIndex: [Int] = []
+        uniqueIndex.reserveCapacity(rows.count)
+        var firstOfKey: [SendLogRow.Key: Int] = [:]
+        for row in rows {
+            if let first = firstOfKey[row.key] {
+                uniqueIndex.append(first)
+            } else {
+                firstOfKey[row.key] = unique.count
+                uniqueIndex.append(unique.count)
+                unique.append(row)
+            }
+        }
         return try await pool.withConnection { connection in
             let probing = try await legacy.checksOldTable(connection)
-            var result: [SendLogRow.Key: [UInt8]] = [:]
-            var remaining = unique
+            let insert = SendLogV2.insert(probingOldTable: probing)
+            let inserted = try await connection.execute(insert, SendLogV2.insertParameters(unique), prepared: true)
+            if inserted == unique.count { return uniqueIndex.map { unique[$0].report } }
+            var stored = try await storedReports(connection, of: unique)
             // A stored row can vanish between the INSERT and the SELECT only when retention deletes
             // it; then the next round inserts this one. Three rounds are plenty.
-            for _ in 0..<3 where !remaining.isEmpty {
-                let inserted = try await connection.query(
-                    SendLogV2.insert(probingOldTable: probing), SendLogV2.insertParameters(remaining), prepared: true)
-                var insertedKeys = Set<SendLogRow.Key>()
-                for row in inserted {
-                    insertedKeys.insert(SendLogRow.Key(
-                        requestID: try row.string("request_id") ?? "", deviceToken: try row.string("device_token") ?? ""))
-                }
-                for row in remaining where insertedKeys.contains(row.key) { result[row.key] = row.report }
-                let existing = remaining.filter { !insertedKeys.contains($0.key) }
-                guard !existing.isEmpty else { break }
-                // A new statement, so it sees the rows of concurrent writers that the INSERT waited for.
-                let stored = try await connection.query("""
-                    SELECT s.request_id, s.device_token, s.report
-                      FROM send_log_all AS s
-                      JOIN unnest($1::text[], $2::text[]) AS k(request_id, device_token)
-                        ON s.request_id = k.request_id AND s.device_token = k.device_token
-                    """,
-                    [.textArray(existing.map(\.key.requestID)),
-                     .textArray(existing.map(\.key.deviceToken))],
-                    prepared: true)
-                for row in stored {
-                    let key = SendLogRow.Key(
-                        requestID: try row.string("request_id") ?? "", deviceToken: try row.string("device_token") ?? "")
-                    result[key] = try row.bytes("report") ?? []
-                }
-                remaining = existing.filter { result[$0.key] == nil }
+            for _ in 1..<3 where stored.count < unique.count {
+                let missing = unique.filter { stored[$0.key] == nil }
+                try await connection.execute(insert, SendLogV2.insertParameters(missing), prepared: true)
+                stored.merge(try await storedReports(connection, of: missing)) { first, _ in first }
             }
-            return result
+            return uniqueIndex.map { stored[unique[$0].key] }
         }
+    }
+
+    /// The stored reports of the keys of `rows`, from `send_log_all`. A new statement, so it sees the
+    /// rows of concurrent writers that an INSERT before it waited for.
+    private static func storedReports(_ connection: PostgresConnection, of rows: [SendLogRow]) async throws -> [SendLogRow.Key: [UInt8]] {
+        let stored = try await connection.query("""
+            SELECT s.request_id, s.device_token, s.report
+              FROM send_log_all AS s
+              JOIN unnest($1::text[], $2::text[]) AS k(request_id, device_token)
+                ON s.request_id = k.request_id AND s.device_token = k.device_token
+            """,
+            [.textArray(rows.map(\.key.requestID)), .textArray(rows.map(\.key.deviceToken))],
+            prepared: true)
+        var result: [SendLogRow.Key: [UInt8]] = [:]
+        for row in stored {
+            let key = SendLogRow.Key(requestID: try row.string("request_id") ?? "", deviceToken: try row.string("device_token") ?? "")
+            result[key] = try row.bytes("report") ?? []
+        }
+        return result
     }
 }

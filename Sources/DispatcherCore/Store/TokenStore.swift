@@ -228,11 +228,11 @@ public final class TokenStore: Sendable {
     /// - Throws: `PostgresError`.
     @discardableResult
     public func recordOutcome(_ report: DeliveryReport, event: [UInt8]) async throws -> Bool {
-        let rows = try await pool.withConnection { connection in
-            try await connection.query(
+        let inserted = try await pool.withConnection { connection in
+            try await connection.execute(
                 SendLogV2.insert(probingOldTable: true), SendLogV2.insertParameters([SendLogRow(report, event: event)]), prepared: true)
         }
-        return !rows.isEmpty
+        return inserted == 1
     }
 
     /// A batched writer of `send_log` outcomes over this store's pool (see `SendLogWriter`).
