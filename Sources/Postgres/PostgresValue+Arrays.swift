@@ -62,19 +62,20 @@ struct BinaryArray {
 
     /// Appends one element: its length, then its bytes.
     mutating func append(_ element: some Collection<UInt8>) {
-        append(bigEndian: Int32(element.count))
+        appendLength(element.count)
         bytes.append(contentsOf: element)
         count += 1
     }
 
     /// Appends one fixed-width integer element (its length, then its bytes, big-endian).
     mutating func append<T: FixedWidthInteger>(bigEndian value: T) where T: SignedInteger {
-        append(bigEndian: Int32(MemoryLayout<T>.size))
+        appendLength(MemoryLayout<T>.size)
         appendRaw(value)
         count += 1
     }
 
-    private mutating func append(bigEndian length: Int32) { appendRaw(length) }
+    /// Appends an element's length in bytes as the format's 4-byte field.
+    private mutating func appendLength(_ length: Int) { appendRaw(Int32(length)) }
 
     private mutating func appendRaw<T: FixedWidthInteger>(_ value: T) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
