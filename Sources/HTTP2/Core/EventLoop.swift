@@ -158,6 +158,13 @@ final class EventLoop: @unchecked Sendable {
             }
             let count = epoll_wait(epollFD, events, Int32(capacity), timeout)
             heartbeat.beat()
+            // Woken by `execute` alone (no socket ready), the loop gives up the core once
+            // (sched_yield(2)) before it takes the queued jobs. A thread of lower CPU priority (a
+            // campaign's, at PUSH_CAMPAIGN_NICE) that queued a job is preempted by this wakeup; the
+            // yield lets it queue the rest of its work, and this iteration runs the jobs together
+            // instead of one per wakeup (docs/campaigns.md, "The CPU"). Returns at once when
+            // nothing else wants the core.
+            if count == 1 && events[0].data.fd == wakeFD { sched_yield() }
             if count > 0 {
                 for i in 0..<Int(count) {
                     let fd = events[i].data.fd
