@@ -38,7 +38,7 @@ import Testing
     @Test func createReadListDelete() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let created = try await client.createChannel(bundleID: Credentials.app, environment: .production, policy: .mostRecentMessageStored)
             #expect(created.status == 201 && created.isSuccess && created.attempts == 1)
             let id = try #require(created.channelID)
@@ -73,7 +73,7 @@ import Testing
     @Test func appleQuotaIsCannotCreateChannelConfig() async throws {
         try await withSimulator(configure: { $0.channelLimit = 2 }) { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             _ = try await created(client, policy: .noMessageStored)
             _ = try await created(client, policy: .noMessageStored)
             let refused = try await client.createChannel(bundleID: Credentials.app, environment: .production, policy: .noMessageStored)
@@ -87,7 +87,7 @@ import Testing
     @Test func broadcastAcceptedWithUniqueIDReachesEverySubscriber() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let stored = try await created(client, policy: .mostRecentMessageStored)
             let live = try await created(client, policy: .noMessageStored)
             try harness.simulator.setChannelSubscribers(7, channelID: stored)
@@ -121,7 +121,7 @@ import Testing
     @Test func everyBroadcastRefusalReachesTheCallerWithApplesReason() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let live = try await created(client, policy: .noMessageStored)
             let stored = try await created(client, policy: .mostRecentMessageStored)
             _ = try await created(client, policy: .noMessageStored, bundleID: Self.other)
@@ -161,7 +161,7 @@ import Testing
     @Test func everyChannelManagementRefusalReachesTheCallerWithApplesReason() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             harness.simulator.setBroadcastEnabled(false, bundleID: Self.other)
             let off = try await client.createChannel(bundleID: Self.other, environment: .production, policy: .noMessageStored)
             #expect(off.status == 400 && off.reason == .featureNotEnabled)
@@ -178,7 +178,7 @@ import Testing
     @Test func managementRetries503UntilTheDeadlineButABroadcastIsNeverRepeated() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(configuration(harness))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let id = try await created(client, policy: .noMessageStored)
             var faults = APNsSimulatorFaults()
             faults.statusShares = [503: 1]
@@ -207,7 +207,7 @@ import Testing
             var configuration = configuration(harness)
             configuration.requestTimeout = .milliseconds(300)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let id = try await created(client, policy: .noMessageStored)
             var faults = APNsSimulatorFaults()
             faults.unansweredShare = 1
@@ -239,7 +239,7 @@ import Testing
             let tokens = try harness.credentials.tokens(clock: harness.clock, metrics: registry)
             let client = APNsClient(
                 configuration: configuration(harness), tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let id = try await created(client, policy: .noMessageStored)
             let first = try #require(tokens.currentIssuedAt)
             // APNs now refuses that JWT as expired (as it would with our clock behind its own).

@@ -22,7 +22,7 @@ import Testing
             configuration.clock = SystemWallClock()
             let client = APNsClient(configuration: configuration, tokens: try harness.credentials.tokens(clock: harness.clock, metrics: registry),
                                     logger: Logger(label: "apns.test", logLevel: .warning), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let states = StateLog()
             let watcher = Task {
                 while !Task.isCancelled {

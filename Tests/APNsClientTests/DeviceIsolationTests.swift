@@ -41,7 +41,7 @@ import Testing
                 configuration: configuration,
                 tokens: try harness.credentials.tokens(clock: SystemWallClock(), metrics: registry),
                 logger: Logger(label: "apns.test", logLevel: .warning), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             // The speed of a healthy request, connections warm.
             _ = await healthyBatch(client, from: 200_000, count: size)
             let (baseline, baselineDelivered) = await healthyBatch(client, from: 300_000, count: size)
@@ -99,7 +99,7 @@ import Testing
             configuration.retry.backoff = .init(initial: .milliseconds(5), maximum: .seconds(2))
             let client = APNsClient(configuration: configuration, tokens: try harness.credentials.tokens(clock: SystemWallClock()),
                                     logger: Logger(label: "apns.test", logLevel: .warning))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(999), environment: .production).status == 200)  // connections warm
             harness.simulator.reset()
 
@@ -151,7 +151,7 @@ import Testing
             var configuration = configuration(harness, horizon: .seconds(60))
             configuration.retry.backoff = .init(initial: .milliseconds(200), maximum: .seconds(30))  // the default
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let start = ContinuousClock.now
             let sending = Task { await sendAll(client, (1...50).map { alert($0) }) }
             try await waitFor(deadline: .seconds(5), "breaker open") { client.metrics["circuit_open"] >= 1 }

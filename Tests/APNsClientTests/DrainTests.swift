@@ -18,7 +18,7 @@ import Testing
             let kept = try harness.credentials.tokens(key: 2, clock: harness.clock, metrics: registry)
             let client = APNsClient(configuration: harness.configuration(connections: 2), credentials: [:],
                                     logger: Logger(label: "apns.test", logLevel: .critical), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let onRemoved = APNsSendOptions(credentials: .token(removed))
             let onKept = APNsSendOptions(credentials: .token(kept))
             /// The simulator's connections bound to `team` (`GET /admin/connections`).

@@ -15,7 +15,7 @@ import Testing
             let registry = MetricsRegistry()
             let client = APNsClient(configuration: configuration, tokens: try harness.credentials.tokens(clock: harness.clock, metrics: registry),
                                     logger: Logger(label: "apns.test", logLevel: .critical), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(1), environment: .production).status == 200)
             try await waitFor(deadline: .seconds(5), "both connections open") { client.metrics["connections_opened"] == 2 }
             try await waitFor(deadline: .seconds(10), "the idle pool closed") {
@@ -36,7 +36,7 @@ import Testing
             configuration.idleCloseAfter = .milliseconds(400)
             let client = APNsClient(configuration: configuration, tokens: try harness.credentials.tokens(clock: harness.clock),
                                     logger: Logger(label: "apns.test", logLevel: .critical), metrics: MetricsRegistry())
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let start = ContinuousClock.now
             var index = 0
             while start.duration(to: .now) < .milliseconds(1_200) {

@@ -22,7 +22,7 @@ import Testing
                 clock: harness.clock, metrics: registry)
             let client = APNsClient(configuration: configuration, credentials: [:], logger: Logger(label: "apns.test", logLevel: .critical),
                                     metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let options = APNsSendOptions(credentials: .token(unknown), fallbackCredentials: .token(good))
             func kids(_ index: Int) -> [String] {
                 harness.simulator.receivedRequests().filter { $0.path.hasSuffix(deviceToken(index).hex) }.compactMap {

@@ -20,7 +20,7 @@ import Testing
             configuration.pingTimeout = .milliseconds(500)
             configuration.healthCheckInterval = .milliseconds(250)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(1), environment: .production).status == 200)
             try await waitFor(deadline: .seconds(5)) { client.metrics["connections_opened"] == 2 }
             // Four idle intervals: each connection is pinged about four times.
@@ -117,7 +117,7 @@ import Testing
             configuration.healthCheckInterval = .milliseconds(50)
             configuration.clock = SystemWallClock()
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let marks = Marks()
             let waiter = MarkingWaiter(marks: marks)
             let clock = ContinuousClock()
@@ -148,7 +148,7 @@ import Testing
             configuration.requestTimeout = .seconds(5)
             let tokens = try harness.credentials.tokens(clock: harness.clock, metrics: registry)
             let client = APNsClient(configuration: configuration, tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(0), environment: .production).status == 200)
             try await waitFor(deadline: .seconds(5)) { client.metrics["connections_opened"] == 2 }
             let first = try #require(tokens.currentIssuedAt)
@@ -187,7 +187,7 @@ import Testing
             configuration.clock = SystemWallClock()
             let tokens = try harness.credentials.tokens(clock: SystemWallClock(), metrics: registry)
             let client = APNsClient(configuration: configuration, tokens: tokens, logger: Logger(label: "apns.test", logLevel: .info), metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             for index in 1...5 {
                 let response = try await client.send(alert(index), environment: .production)
                 #expect(response.status == 403 && response.reason == .expiredProviderToken && response.attempts == 1)

@@ -25,7 +25,7 @@ import Testing
             var configuration = harness.configuration(connections: answerAtOnce ? 4 : 2)
             configuration.requestTimeout = .seconds(10)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let count = answerAtOnce ? 10_000 : 2_000
             let results = await sendAll(client, (0..<count).map { alert($0) })
             var statuses: [Int: Int] = [:]
@@ -57,7 +57,7 @@ import Testing
             var configuration = harness.configuration()
             configuration.requestTimeout = .milliseconds(300)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let clear = Task {
                 while harness.simulator.counters()["unanswered"] == nil { try await Task.sleep(for: .milliseconds(5)) }
                 harness.simulator.setFaults(APNsSimulatorFaults())
@@ -80,7 +80,7 @@ import Testing
         faults.latency = .init(minimum: .milliseconds(20), maximum: .milliseconds(20))
         try await withSimulator(faults: faults) { harness in
             let client = try harness.tokenClient(harness.configuration(connections: 2))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let clear = Task {
                 while harness.simulator.counters()["dropped"] == nil { try await Task.sleep(for: .milliseconds(2)) }
                 harness.simulator.setFaults(APNsSimulatorFaults())
@@ -104,7 +104,7 @@ import Testing
         faults.maxConcurrentStreamsSchedule = [.init(after: .milliseconds(400), value: 1), .init(after: .milliseconds(1400), value: 50)]
         try await withSimulator(faults: faults) { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let clock = ContinuousClock()
             let start = clock.now
             let completions = Completions()
@@ -148,7 +148,7 @@ import Testing
         // The server announces 100 streams from the start: only our own rule holds the others back.
         try await withSimulator(faults: faults, configure: { $0.initialMaxConcurrentStreams = 100 }) { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let clock = ContinuousClock()
             let start = clock.now
             let results = await sendAll(client, (0..<20).map { alert($0) })
@@ -169,7 +169,7 @@ import Testing
             var configuration = harness.configuration()
             configuration.maxQueuedRequests = 10
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             _ = try await client.send(alert(0), environment: .production)
             try await Task.sleep(for: .milliseconds(50))  // SETTINGS raising the limit to 5 arrives
             let results = await sendAll(client, (1...40).map { alert($0) })
@@ -189,7 +189,7 @@ import Testing
             var configuration = harness.configuration()
             configuration.maxRequestsPerSecondPerConnection = 20
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let clock = ContinuousClock()
             let start = clock.now
             let results = await sendAll(client, (0..<30).map { alert($0) })
@@ -206,7 +206,7 @@ import Testing
             configuration.connectStagger = .milliseconds(300)
             configuration.idlePingInterval = .milliseconds(200)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             _ = try await client.send(alert(0), environment: .production)
             #expect(client.metrics["connections_opened"] == 1)
             try await waitFor(deadline: .seconds(10), "three connections") { client.metrics["connections_opened"] == 3 }
@@ -250,7 +250,7 @@ import Testing
             configuration.idlePingInterval = .milliseconds(200)
             configuration.pingTimeout = .milliseconds(300)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(1), environment: .production).status == 200)
             kill(proxy.processIdentifier, SIGUSR1)  // the connection goes silent, stays open
             for _ in 0..<100 where client.metrics["ping_failures"] == 0 { try await Task.sleep(for: .milliseconds(20)) }
@@ -275,7 +275,7 @@ import Testing
     @Test func threeHoursOfProviderTokensNoneExpiredNoneOverRefreshed() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient(harness.configuration(connections: 3))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             var index = 0
             for _ in 0..<180 {  // one step per minute of injected time
                 let results = await sendAll(client, (0..<6).map { _ in

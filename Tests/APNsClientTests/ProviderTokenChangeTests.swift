@@ -21,7 +21,7 @@ import Testing
             let tokens = try harness.credentials.tokens(clock: ours, metrics: registry)
             let client = APNsClient(configuration: configuration, tokens: tokens, logger: Logger(label: "apns.test", logLevel: .critical),
                                     metrics: registry)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(0), environment: .production).status == 200)
             let first = try #require(tokens.currentIssuedAt)
             ours.advance(by: .seconds(46 * 60))

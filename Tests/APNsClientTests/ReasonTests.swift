@@ -79,7 +79,7 @@ import Testing
             var configuration = harness.configuration()
             configuration.retry.tooManyRequestsDelay = .milliseconds(400)
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(1), environment: .production).status == 200)
             let clock = ContinuousClock()
             let start = clock.now
@@ -110,7 +110,7 @@ import Testing
             var configuration = harness.configuration()
             configuration.retry.backoff = .init(initial: .seconds(2), maximum: .seconds(2))  // 1–2 s with jitter
             let client = try harness.tokenClient(configuration)
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let soon = alert(1, expiration: .at(secondsSinceEpoch: harness.clock.nowSeconds() + 1))
             let response = try await client.send(soon, environment: .production)
             #expect(response.status == 500 && response.attempts == 1, "a retry would land after the expiration")
@@ -118,7 +118,7 @@ import Testing
             // apns-expiration in 10 s: retried (no attempt limit) until then, never after.
             configuration.retry.backoff = .init(initial: .milliseconds(400), maximum: .seconds(1))
             let patient = try harness.tokenClient(configuration)
-            defer { Task { await patient.shutdown() } }
+            harness.shutdownAtEnd(patient)
             let waiter = ClockAdvancingWaiter(clock: harness.clock)
             let expiration = harness.clock.nowSeconds() + 10
             let later = alert(2, expiration: .at(secondsSinceEpoch: expiration))
@@ -131,7 +131,7 @@ import Testing
             // apns-expiration 0: the short horizon; absent: the long one (APNsRetryHorizon).
             configuration.retryHorizon = APNsRetryHorizon(immediate: .seconds(3), absent: .seconds(20))
             let horizons = try harness.tokenClient(configuration)
-            defer { Task { await horizons.shutdown() } }
+            harness.shutdownAtEnd(horizons)
             for (index, expiration, horizon) in [(3, APNsExpiration.immediately, 3_000), (4, .omitted, 20_000)] as [(Int, APNsExpiration, Int64)] {
                 let waiter = ClockAdvancingWaiter(clock: harness.clock)
                 let start = harness.clock.nowMilliseconds()
@@ -161,12 +161,17 @@ import Testing
         configuration.connectionsPerPool = 1
         let client = APNsClient(configuration: configuration, tokens: try credentials.tokens(clock: SystemWallClock()),
                                 logger: Logger(label: "apns.test", logLevel: .critical))
-        defer { Task { await client.shutdown() } }
-        for index in [0, 1] {
-            let response = try await client.send(alert(index), environment: .production)
-            #expect(response.reason == .unknown("BrandNewReason"))
-            #expect(response.hasUnknownReason && response.attempts == 1)
+        do {
+            for index in [0, 1] {
+                let response = try await client.send(alert(index), environment: .production)
+                #expect(response.reason == .unknown("BrandNewReason"))
+                #expect(response.hasUnknownReason && response.attempts == 1)
+            }
+        } catch {
+            await client.shutdown()
+            throw error
         }
+        await client.shutdown()
         #expect(hits.value == 2, "an unknown reason is never retried, even with 503")
         #expect(client.metrics["unknown_reasons"] == 2)
     }

@@ -27,7 +27,7 @@ import Testing
     @Test func everyTokenAuthPushTypeGoesOutWithItsTopicAndHeaders() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let validator = APNsNotificationValidator()
             for (index, type) in APNsPushType.allCases.enumerated() where type != .mdm {
                 let request = APNsRequest(
@@ -61,7 +61,7 @@ import Testing
     @Test func expirationPriorityAndCollapseHeaders() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let later = harness.clock.nowSeconds() + 3600
             var requests = [alert(1), alert(2, expiration: .immediately), alert(3, expiration: .at(secondsSinceEpoch: later))]
             requests[0].priority = .prioritizingDevicePower
@@ -80,7 +80,7 @@ import Testing
     @Test func theIssuesValidationExamples() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             let validator = APNsNotificationValidator()
             func body(_ text: String) -> [UInt8] { Array(#"{"aps":{"alert":{"body":""#.utf8) + Array(text.utf8) + Array(#""}}}"#.utf8) }
 
@@ -190,7 +190,7 @@ import Testing
                 credentials: ["com.example.app": .token(team1), "com.example.other": .token(team1), "org.second.app": .token(team2),
                               "com.example.cert": .certificate(try harness.credentials.appCertificate())],
                 logger: Logger(label: "apns.test", logLevel: .error))
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             for (index, topic) in ["com.example.app", "org.second.app", "com.example.other", "org.second.app.voip"].enumerated() {
                 let type: APNsPushType = topic.hasSuffix(".voip") ? .voip : .alert
                 let request = APNsRequest(deviceToken: deviceToken(index), topic: topic, pushType: type, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8))

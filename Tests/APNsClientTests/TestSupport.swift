@@ -112,6 +112,11 @@ struct Harness: Sendable {
     let simulator: APNsSimulator
     let credentials: Credentials
     let clock: ManualWallClock
+    /// The clients `withSimulator` shuts down after the test's body, before it closes the simulator.
+    let clients: ClientsToShutDown
+
+    /// Has `withSimulator` shut `client` down (awaited) once the test's body returned or threw.
+    func shutdownAtEnd(_ client: APNsClient) { clients.add(client) }
 
     /// A client for `simulator` with fast timings (stagger 10 ms, backoff 5–50 ms, timeout 1 s).
     func configuration(connections: Int = 1) -> APNsClient.Configuration {
@@ -141,7 +146,8 @@ struct Harness: Sendable {
     }
 }
 
-/// Starts a simulator (faults as given), runs `body`, closes it.
+/// Starts a simulator (faults as given), runs `body`, shuts the clients it handed to
+/// `Harness.shutdownAtEnd` down, closes the simulator.
 func withSimulator<T>(
     faults: APNsSimulatorFaults = APNsSimulatorFaults(),
     configure: (inout APNsSimulator.Configuration) -> Void = { _ in },
@@ -160,7 +166,30 @@ func withSimulator<T>(
     configure(&configuration)
     let simulator = try APNsSimulator.start(configuration: configuration)
     defer { simulator.close() }
-    return try await body(Harness(simulator: simulator, credentials: credentials, clock: clock))
+    let clients = ClientsToShutDown()
+    let harness = Harness(simulator: simulator, credentials: credentials, clock: clock, clients: clients)
+    do {
+        let result = try await body(harness)
+        await clients.shutDownAll()
+        return result
+    } catch {
+        await clients.shutDownAll()
+        throw error
+    }
+}
+
+/// The clients a test hands to `Harness.shutdownAtEnd`. A shutdown is awaited, never left to a task
+/// of its own: such a task could still be closing connections (OpenSSL's objects) when the test
+/// process exits after its last test, and crash it during OpenSSL's clean-up at exit.
+final class ClientsToShutDown: Sendable {
+    private let clients = Mutex<[APNsClient]>([])
+
+    func add(_ client: APNsClient) { clients.withLock { $0.append(client) } }
+
+    /// Shuts every client added down, one after another.
+    func shutDownAll() async {
+        for client in clients.withLock({ $0 }) { await client.shutdown() }
+    }
 }
 
 /// A device token: 32 bytes whose hex starts with `index`.

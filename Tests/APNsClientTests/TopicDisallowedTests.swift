@@ -17,7 +17,7 @@ import Testing
     @Test func aRefusedTopicIsRetriedOnceOnANewConnectionThenFinalWithoutChurn() async throws {
         try await withSimulator { harness in
             let client = try harness.tokenClient()
-            defer { Task { await client.shutdown() } }
+            harness.shutdownAtEnd(client)
             #expect(try await client.send(alert(0), environment: .production).status == 200)  // a warm connection
             let response = try await client.send(mdm(1), environment: .production)
             #expect(response.status == 400 && response.reason == .topicDisallowed)
