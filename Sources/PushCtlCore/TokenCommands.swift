@@ -22,14 +22,7 @@ enum TokenCommands {
         } catch {
             throw settings.withSettingsHint(PushCtlError(.unavailable, "\(error)"), variable: "PUSH_PG_URL", option: "PUSH_PG_URL")
         }
-        do {
-            let result = try await body(connection)
-            await connection.close()
-            return result
-        } catch {
-            await connection.close()
-            throw error
-        }
+        return try await withAsyncCleanup { try await body(connection) } cleanup: { await connection.close() }
     }
 
     static let columns = """

@@ -24,8 +24,11 @@ import Testing
             /// The simulator's connections bound to `team` (`GET /admin/connections`).
             func connections(team: String) async throws -> Int {
                 let admin = try await HTTP2Connection.connect(host: "127.0.0.1", port: harness.simulator.adminPort!)
-                defer { Task { await admin.close() } }
-                let answer = try await admin.send(HTTP2Request(method: "GET", path: "/admin/connections"))
+                let answer = try await withAsyncCleanup {
+                    try await admin.send(HTTP2Request(method: "GET", path: "/admin/connections"))
+                } cleanup: {
+                    await admin.close()
+                }
                 let object = try JSONSerialization.jsonObject(with: Data(answer.body)) as? [String: Any]
                 let listed = object?["connections"] as? [[String: Any]] ?? []
                 return listed.filter { $0["team_id"] as? String == team }.count

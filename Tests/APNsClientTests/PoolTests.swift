@@ -265,11 +265,14 @@ import Testing
     /// Drops every simulator connection through the admin API (`POST /admin/connections/drop`).
     private func dropAll(_ harness: Harness) async throws -> Int {
         let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: harness.simulator.adminPort!)
-        defer { Task { await connection.close() } }
-        let response = try await connection.send(HTTP2Request(method: "POST", path: "/admin/connections/drop", body: Array("{}".utf8)))
-        guard response.status == 200 else { throw TestFailure("drop: \(response.status) \(String(decoding: response.body, as: UTF8.self))") }
-        let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
-        return (object?["connections"] as? [Any])?.count ?? 0
+        return try await withAsyncCleanup {
+            let response = try await connection.send(HTTP2Request(method: "POST", path: "/admin/connections/drop", body: Array("{}".utf8)))
+            guard response.status == 200 else { throw TestFailure("drop: \(response.status) \(String(decoding: response.body, as: UTF8.self))") }
+            let object = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+            return (object?["connections"] as? [Any])?.count ?? 0
+        } cleanup: {
+            await connection.close()
+        }
     }
 
     @Test func threeHoursOfProviderTokensNoneExpiredNoneOverRefreshed() async throws {

@@ -161,17 +161,15 @@ import Testing
         configuration.connectionsPerPool = 1
         let client = APNsClient(configuration: configuration, tokens: try credentials.tokens(clock: SystemWallClock()),
                                 logger: Logger(label: "apns.test", logLevel: .critical))
-        do {
+        try await withAsyncCleanup {
             for index in [0, 1] {
                 let response = try await client.send(alert(index), environment: .production)
                 #expect(response.reason == .unknown("BrandNewReason"))
                 #expect(response.hasUnknownReason && response.attempts == 1)
             }
-        } catch {
+        } cleanup: {
             await client.shutdown()
-            throw error
         }
-        await client.shutdown()
         #expect(hits.value == 2, "an unknown reason is never retried, even with 503")
         #expect(client.metrics["unknown_reasons"] == 2)
     }

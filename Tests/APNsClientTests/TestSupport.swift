@@ -168,14 +168,7 @@ func withSimulator<T>(
     defer { simulator.close() }
     let clients = ClientsToShutDown()
     let harness = Harness(simulator: simulator, credentials: credentials, clock: clock, clients: clients)
-    do {
-        let result = try await body(harness)
-        await clients.shutDownAll()
-        return result
-    } catch {
-        await clients.shutDownAll()
-        throw error
-    }
+    return try await withAsyncCleanup { try await body(harness) } cleanup: { await clients.shutDownAll() }
 }
 
 /// The clients a test hands to `Harness.shutdownAtEnd`. A shutdown is awaited, never left to a task

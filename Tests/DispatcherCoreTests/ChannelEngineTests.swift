@@ -61,9 +61,12 @@ extension DispatcherEngineSuites {
                 bootstrapServers: [world.cluster.bootstrapServers], groupID: "letters-\(UUID())", topics: [world.topics.deadLetter])
             configuration.fetchMaxWait = .milliseconds(10)
             let consumer = try KafkaConsumer(configuration: configuration, logger: EngineWorld.quiet)
-            defer { Task { await consumer.close() } }
-            guard let record = await consumer.nextMessages(maxCount: 10).first else { throw TestFailure("the dead-letter reader closed") }
-            return try DeadLetter(protobufBytes: record.value)
+            return try await withAsyncCleanup {
+                guard let record = await consumer.nextMessages(maxCount: 10).first else { throw TestFailure("the dead-letter reader closed") }
+                return try DeadLetter(protobufBytes: record.value)
+            } cleanup: {
+                await consumer.close()
+            }
         }
 
         /// Runs `body` on a world and an engine started with `configure`, then stops the engine and

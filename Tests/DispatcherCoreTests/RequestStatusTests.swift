@@ -102,47 +102,50 @@ struct RequestStatusDecisionTests {
 struct RequestStatusReaderTests {
     @Test func immediateRequestsAreRunningCompletedOrCancelledAndUnknownOnesAreNotFound() async throws {
         let (campaigns, tokens, pool) = try await CampaignStoreTests.stores()
-        defer { Task { await pool.close() } }
-        func status(_ id: String) async throws -> RequestStatusReport? {
-            try await pool.withConnection { try await RequestStatusReader.status(requestID: id, on: $0) }
-        }
-        #expect(try await status("status-nobody") == nil)
+        try await withAsyncCleanup {
+            func status(_ id: String) async throws -> RequestStatusReport? {
+                try await pool.withConnection { try await RequestStatusReader.status(requestID: id, on: $0) }
+            }
+            #expect(try await status("status-nobody") == nil)
 
-        var report = DeliveryReport()
-        report.requestID = "status-immediate"
-        for (token, outcome) in [("aa", DeliveryOutcome.delivered), ("bb", .delivered), ("cc", .rejected), ("dd", .skipped)] {
-            report.deviceToken = token
-            report.outcome = outcome
+            var report = DeliveryReport()
+            report.requestID = "status-immediate"
+            for (token, outcome) in [("aa", DeliveryOutcome.delivered), ("bb", .delivered), ("cc", .rejected), ("dd", .skipped)] {
+                report.deviceToken = token
+                report.outcome = outcome
+                _ = try await tokens.recordOutcome(report, event: [1])
+            }
+            let running = try #require(try await status("status-immediate"))
+            #expect(running.state == .running && !running.isCampaign && running.completedAtMs == 0)
+            #expect(running.counts == RequestStatusDecisionTests.counts(delivered: 2, rejected: 1, skipped: 1))
+
+            try await tokens.recordCompletion(requestID: "status-immediate", eventID: FeedbackEventID.requestCompleted(requestID: "status-immediate"))
+            let completed = try #require(try await status("status-immediate"))
+            #expect(completed.state == .completed && completed.counts.processed == 4 && completed.completedAtMs > 0)
+
+            report.requestID = "status-cancelled"
+            report.outcome = .skipped
             _ = try await tokens.recordOutcome(report, event: [1])
+            #expect(try await status("status-cancelled")?.cancelRequested == false)
+            try await CancellationStore(pool: pool).record(requestID: "status-cancelled", reason: "test", requestedAtMs: 1)
+            #expect(try await status("status-cancelled")?.cancelRequested == true)
+            try await tokens.recordCompletion(requestID: "status-cancelled", eventID: "e", status: .cancelled)
+            let cancelled = try #require(try await status("status-cancelled"))
+            #expect(cancelled.state == .cancelled && cancelled.cancelRequested)
+            #expect(try await status("status-immediate")?.cancelRequested == false)
+            // A cancel alone (its request not seen yet) does not make a request known.
+            try await CancellationStore(pool: pool).record(requestID: "status-cancel-only", reason: "test", requestedAtMs: 1)
+            #expect(try await status("status-cancel-only") == nil)
+
+            // A request whose only trace is its parked notifications' row.
+            _ = try await pool.execute("INSERT INTO pending_requests (request_id, requested_at_ms) VALUES ('status-parked', 1)")
+            let parked = try #require(try await status("status-parked"))
+            #expect(parked.state == .running && parked.counts.processed == 0)
+
+            // CampaignStore answers the same through its pool.
+            #expect(try await campaigns.status(requestID: "status-immediate") == completed)
+        } cleanup: {
+            await pool.close()
         }
-        let running = try #require(try await status("status-immediate"))
-        #expect(running.state == .running && !running.isCampaign && running.completedAtMs == 0)
-        #expect(running.counts == RequestStatusDecisionTests.counts(delivered: 2, rejected: 1, skipped: 1))
-
-        try await tokens.recordCompletion(requestID: "status-immediate", eventID: FeedbackEventID.requestCompleted(requestID: "status-immediate"))
-        let completed = try #require(try await status("status-immediate"))
-        #expect(completed.state == .completed && completed.counts.processed == 4 && completed.completedAtMs > 0)
-
-        report.requestID = "status-cancelled"
-        report.outcome = .skipped
-        _ = try await tokens.recordOutcome(report, event: [1])
-        #expect(try await status("status-cancelled")?.cancelRequested == false)
-        try await CancellationStore(pool: pool).record(requestID: "status-cancelled", reason: "test", requestedAtMs: 1)
-        #expect(try await status("status-cancelled")?.cancelRequested == true)
-        try await tokens.recordCompletion(requestID: "status-cancelled", eventID: "e", status: .cancelled)
-        let cancelled = try #require(try await status("status-cancelled"))
-        #expect(cancelled.state == .cancelled && cancelled.cancelRequested)
-        #expect(try await status("status-immediate")?.cancelRequested == false)
-        // A cancel alone (its request not seen yet) does not make a request known.
-        try await CancellationStore(pool: pool).record(requestID: "status-cancel-only", reason: "test", requestedAtMs: 1)
-        #expect(try await status("status-cancel-only") == nil)
-
-        // A request whose only trace is its parked notifications' row.
-        _ = try await pool.execute("INSERT INTO pending_requests (request_id, requested_at_ms) VALUES ('status-parked', 1)")
-        let parked = try #require(try await status("status-parked"))
-        #expect(parked.state == .running && parked.counts.processed == 0)
-
-        // CampaignStore answers the same through its pool.
-        #expect(try await campaigns.status(requestID: "status-immediate") == completed)
     }
 }

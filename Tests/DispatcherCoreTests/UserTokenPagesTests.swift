@@ -199,35 +199,38 @@ extension DispatcherEngineSuites {
 struct UserTokenReadsTests {
     @Test func tokensAreReadAPageAtATimeAndProgressIsLimited() async throws {
         let (parking, store, pool) = try await PendingRetryStoreTests.store()
-        defer { Task { await pool.close() } }
-        let now = SystemWallClock().nowMilliseconds()
-        let tokens = (0..<10).map { String(format: "ee%06d", $0) + String(repeating: "0", count: 56) }
-        _ = try await store.applyBatch(tokens.reversed().map {
-            DispatcherHarness.registration(token: $0, bundleID: "com.example.app", userID: "pages", eventTimeMs: now)
-        })
-        _ = try await store.applyBatch([DispatcherHarness.registration(
-            token: String(repeating: "ef", count: 32), bundleID: "com.example.app", userID: "one", eventTimeMs: now)])
-        // The first read: at most `limit` of each user, the first in token order.
-        let first = try await store.activeTokens(ofUsers: ["pages", "one", "pages", "nobody"], limit: 4)
-        #expect(first["pages"]?.map(\.deviceToken) == Array(tokens.prefix(4)))
-        #expect(first["one"]?.count == 1 && first["nobody"] == nil)
-        // Then on from a cursor.
-        #expect(try await store.activeTokens(ofUser: "pages", after: tokens[3], limit: 4).map(\.deviceToken) == Array(tokens[4..<8]))
-        #expect(try await store.activeTokens(ofUser: "pages", after: tokens[7], limit: 4).map(\.deviceToken) == Array(tokens[8...]))
+        try await withAsyncCleanup {
+            let now = SystemWallClock().nowMilliseconds()
+            let tokens = (0..<10).map { String(format: "ee%06d", $0) + String(repeating: "0", count: 56) }
+            _ = try await store.applyBatch(tokens.reversed().map {
+                DispatcherHarness.registration(token: $0, bundleID: "com.example.app", userID: "pages", eventTimeMs: now)
+            })
+            _ = try await store.applyBatch([DispatcherHarness.registration(
+                token: String(repeating: "ef", count: 32), bundleID: "com.example.app", userID: "one", eventTimeMs: now)])
+            // The first read: at most `limit` of each user, the first in token order.
+            let first = try await store.activeTokens(ofUsers: ["pages", "one", "pages", "nobody"], limit: 4)
+            #expect(first["pages"]?.map(\.deviceToken) == Array(tokens.prefix(4)))
+            #expect(first["one"]?.count == 1 && first["nobody"] == nil)
+            // Then on from a cursor.
+            #expect(try await store.activeTokens(ofUser: "pages", after: tokens[3], limit: 4).map(\.deviceToken) == Array(tokens[4..<8]))
+            #expect(try await store.activeTokens(ofUser: "pages", after: tokens[7], limit: 4).map(\.deviceToken) == Array(tokens[8...]))
 
-        for token in tokens.prefix(5) {
-            var report = DeliveryReport()
-            report.requestID = "r-pages"
-            report.deviceToken = token
-            report.outcome = .delivered
-            #expect(try await store.recordOutcome(report, event: report.serializedBytes()))
+            for token in tokens.prefix(5) {
+                var report = DeliveryReport()
+                report.requestID = "r-pages"
+                report.deviceToken = token
+                report.outcome = .delivered
+                #expect(try await store.recordOutcome(report, event: report.serializedBytes()))
+            }
+            let limited = try await parking.progress(requestIDs: ["r-pages", "r-none"], limit: 3)
+            #expect(limited["r-pages"]?.recorded.count == 3 && limited["r-pages"]?.complete == false)
+            let whole = try await parking.progress(requestIDs: ["r-pages"], limit: 5)
+            #expect(whole["r-pages"]?.recorded.count == 5 && whole["r-pages"]?.complete == false, "as many as the limit: maybe more")
+            #expect(try await parking.progress(requestIDs: ["r-pages"], limit: 6)["r-pages"]?.complete == true)
+            let page = try await parking.progress(requestID: "r-pages", tokens: Array(tokens[3..<7]))
+            #expect(Set(page.recorded.keys) == Set(tokens[3..<5]) && page.parked.isEmpty)
+        } cleanup: {
+            await pool.close()
         }
-        let limited = try await parking.progress(requestIDs: ["r-pages", "r-none"], limit: 3)
-        #expect(limited["r-pages"]?.recorded.count == 3 && limited["r-pages"]?.complete == false)
-        let whole = try await parking.progress(requestIDs: ["r-pages"], limit: 5)
-        #expect(whole["r-pages"]?.recorded.count == 5 && whole["r-pages"]?.complete == false, "as many as the limit: maybe more")
-        #expect(try await parking.progress(requestIDs: ["r-pages"], limit: 6)["r-pages"]?.complete == true)
-        let page = try await parking.progress(requestID: "r-pages", tokens: Array(tokens[3..<7]))
-        #expect(Set(page.recorded.keys) == Set(tokens[3..<5]) && page.parked.isEmpty)
     }
 }

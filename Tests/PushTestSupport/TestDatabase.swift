@@ -108,14 +108,7 @@ public enum TestDatabase {
         isolation: isolated (any Actor)? = #isolation, _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
         let connection = try await connect()
-        do {
-            let value = try await body(connection)
-            await connection.close()
-            return value
-        } catch {
-            await connection.close()
-            throw error
-        }
+        return try await withAsyncCleanup { try await body(connection) } cleanup: { await connection.close() }
     }
 }
 
