@@ -8,7 +8,9 @@ and measures from produce to the RequestCompleted seen on push.feedback.v1. Prin
 BENCH_RUNS runs of each, the ratio campaign/fan-out (goal ≥ 0.9), the dispatcher's peak RSS during
 the campaigns (goal < 300 MB; each run's campaign goes before its fan-out, and from the second run
 on waits until the RSS the fan-out before it freed was returned, so that only the campaign's memory
-is counted; the fan-out's own peak is printed beside it), with the load average. When the dispatcher runs with a campaign
+is counted; the fan-out's own peak is printed beside it), the CPU per notification of the dispatcher,
+PostgreSQL and the broker from /proc for each run (their medians for the dispatcher and PostgreSQL
+together), with the load average. When the dispatcher runs with a campaign
 rate limit for the bench's app (PUSH_CAMPAIGN_RATE_LIMITS=com.example.benchcampaign=5000), the
 campaign rate is also compared with it (goal within 5%).
 
@@ -82,6 +84,7 @@ def main() -> int:
     reader = B.CompletionReader(env["PUSH_KAFKA_BOOTSTRAP"], [B.FEEDBACK], prefix, group=f"bench-campaign-{run_id}",
                                 dispatcher_pid=dispatcher)
     sampler = B.RSSSampler(dispatcher)
+    cpu = B.CPUMeter()
     notification = send_pb.Notification(bundle_id=BUNDLE, push_type=common_pb.PushType.Value("PUSH_TYPE_ALERT"), payload=PAYLOAD)
     summary = []
     last_campaign_rate = 0.0
@@ -107,6 +110,7 @@ def main() -> int:
                 ANALYZE device_tokens;""", timeout=B.deadline_for(size, 300))
             out(f"size {size:,}: seeded in {time.monotonic() - started:.1f} s")
             fanout, campaign, peaks, fanout_peaks = [], [], [], []
+            cpu_used: dict[str, list[float]] = {"campaign": [], "fanout": []}
             for run in range(runs):
                 # The campaign first: the RSS a user fan-out leaves behind (its pages, its sends' buffers)
                 # would be counted against the campaign that follows it.
@@ -124,11 +128,14 @@ def main() -> int:
                     load = B.loadavg()
                     sampler.phase()
                     rss_before = sampler.status("VmRSS")
+                    cpu_before = cpu.read()
                     t0 = time.time()
                     producer.produce(B.SEND_REQUESTS, request_id.encode(), request.SerializeToString(), B.SEND_REQUEST_CONTENT_TYPE)
                     producer.flush(kind)
                     (seen_ms, completed), = reader.wait([request_id], B.deadline_for(size), f"{kind} of {size:,}")
                     elapsed = seen_ms / 1000 - t0
+                    used = B.CPUMeter.per_item(cpu_before, cpu.read(), max(1, completed.total))
+                    cpu_used[kind].append(used["dispatcher"] + used["postgres"])
                     rate = completed.total / elapsed
                     (fanout if kind == "fanout" else campaign).append(rate)
                     if kind == "campaign":
@@ -137,7 +144,8 @@ def main() -> int:
                     else:
                         fanout_peaks.append(sampler.peak()[0])
                     out(f"  run {run + 1} {kind:8} {completed.total:,} tokens ({completed.delivered:,} delivered) in {elapsed:.2f} s:"
-                        f" {rate:,.0f} notifications/s | loadavg {load}")
+                        f" {rate:,.0f} notifications/s | CPU per notification: dispatcher {used['dispatcher']:,.1f} µs +"
+                        f" PostgreSQL {used['postgres']:,.1f} µs + broker {used['broker']:,.1f} µs | loadavg {load}")
             f, c = B.median(fanout), B.median(campaign)
             last_campaign_rate = c
             sampled = max(p[0] for p in peaks)
@@ -145,7 +153,9 @@ def main() -> int:
             line = (f"size {size:,}: campaign {c:,.0f}/s vs fan-out {f:,.0f}/s (median of {runs}): ratio {c / f:.3f}"
                     f" (goal ≥ {GOAL_RATIO}) {'PASS' if c / f >= GOAL_RATIO else 'MISS'}; dispatcher peak RSS {sampled:,} KiB"
                     f" sampled, VmHWM {hwm:,} KiB (goal < {GOAL_RSS_KIB:,}) {'PASS' if max(sampled, hwm) < GOAL_RSS_KIB else 'MISS'}"
-                    f" (the fan-out's own peak: {max(fanout_peaks):,} KiB, a user's tokens read in pages of PUSH_CAMPAIGN_PAGE_SIZE) | loadavg {B.loadavg()}")
+                    f" (the fan-out's own peak: {max(fanout_peaks):,} KiB, a user's tokens read in pages of PUSH_CAMPAIGN_PAGE_SIZE);"
+                    f" dispatcher + PostgreSQL CPU per notification {B.median(cpu_used['campaign']):,.1f} µs vs"
+                    f" {B.median(cpu_used['fanout']):,.1f} µs (medians) | loadavg {B.loadavg()}")
             if limit:
                 line += (f"\n  rate limit {limit:,.0f}/s for {BUNDLE}: measured campaign rate {c:,.0f}/s,"
                          f" {100 * (c / limit - 1):+.1f}% (goal within 5%) {'PASS' if abs(c / limit - 1) <= 0.05 else 'MISS'}")
