@@ -225,6 +225,29 @@ struct CampaignDecisionTests {
         #expect(cursors.compactMap { $0 } == cursors.compactMap { $0 }.sorted() && Set(cursors).count == cursors.count)
     }
 
+    // MARK: Where a page runs
+
+    /// docs/campaigns.md "The CPU": pages run lowered until the hold has passed since the last
+    /// transactional admission; never when there was none.
+    @Test func transactionalActivityLastsTheHoldAfterTheLastAdmission() {
+        let start = ContinuousClock.now
+        let activity = TransactionalActivity(hold: .seconds(1))
+        func active(admittedAtMilliseconds admitted: Int?, askedAt ms: Int) -> Bool {
+            activity.isActive(lastAdmission: admitted.map { start + .milliseconds($0) }, at: start + .milliseconds(ms))
+        }
+        #expect(!active(admittedAtMilliseconds: nil, askedAt: 0), "no transactional admission yet")
+        #expect(active(admittedAtMilliseconds: 10, askedAt: 10))
+        #expect(active(admittedAtMilliseconds: 10, askedAt: 1_009), "within the hold")
+        #expect(!active(admittedAtMilliseconds: 10, askedAt: 1_010), "the hold passed without another admission")
+        #expect(!active(admittedAtMilliseconds: 10, askedAt: 3_600_000), "traffic long ago is not activity")
+    }
+
+    @Test func aHoldOfZeroIsAlwaysActive() {
+        let activity = TransactionalActivity(hold: .zero)
+        #expect(activity.isActive(lastAdmission: nil, at: .now))
+        #expect(activity.isActive(lastAdmission: .now - .seconds(3_600), at: .now))
+    }
+
     // MARK: Token bucket
 
     @Test func theBucketAllowsItsBurstThenPacesAtItsRate() {

@@ -54,6 +54,25 @@ import Testing
         #expect(state.admitting[WorkClass.transactional.rawValue] == 0)
     }
 
+    /// What the campaign runner reads (`TransactionalActivity`): when a transactional candidate last
+    /// arrived, whatever lower classes do.
+    @Test func theGateNotesTheLastTransactionalAdmissionOnly() async throws {
+        let gate = ClassPriorityGate()
+        #expect(gate.lastTransactionalAdmission == nil)
+        try await gate.enter(.campaign)
+        try await gate.enter(.bulk)
+        #expect(gate.lastTransactionalAdmission == nil, "lower classes are not transactional work")
+        let before = ContinuousClock.now
+        try await gate.enter(.transactional)
+        let first = try #require(gate.lastTransactionalAdmission)
+        #expect(first >= before && first <= .now)
+        try await gate.enter(.transactional)
+        #expect(try #require(gate.lastTransactionalAdmission) >= first)
+        for workClass in [WorkClass.campaign, .bulk, .transactional, .transactional] { gate.leave(workClass) }
+        try await gate.enter(.campaign)
+        #expect(gate.lastTransactionalAdmission.map { $0 >= first } == true, "leaving and lower classes do not move it")
+    }
+
     /// The processor's chains: a campaign page's candidate (lane free) and a request's candidate
     /// waiting for the transactional budget. The campaign candidate waits until the request's is
     /// admitted; before class priority it was admitted first (its lane had room).

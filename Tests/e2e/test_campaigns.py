@@ -372,6 +372,87 @@ def test_a_cancel_stops_an_immediate_request_being_sent(slow_apple):
     assert (completed.status, completed.total, completed.skipped) == (feedback_pb2.REQUEST_STATUS_CANCELLED, 10_000, len(skipped))
 
 
+def campaign_thread_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of the dispatcher's lowered campaign threads (named campaigns-N) and
+    of the whole process, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    lowered = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = open(f"/proc/{pid}/task/{task}/comm").read().strip()
+            fields = open(f"/proc/{pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        if name.startswith("campaigns-"):
+            lowered += (int(fields[11]) + int(fields[12])) / tick
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return lowered, (int(fields[11]) + int(fields[12])) / tick
+
+
+def test_campaign_pages_run_lowered_only_while_transactional_requests_flow():
+    # docs/campaigns.md "The CPU": a page starts on the lowered threads (PUSH_CAMPAIGN_NICE) when a
+    # transactional notification was admitted within PUSH_CAMPAIGN_NICE_HOLD_MS (1 s) before it.
+    dispatcher = Dispatcher.stack()
+    _, env = dispatcher.launch_spec()
+    if env.get("PUSH_CAMPAIGN_NICE", "10") == "0" or env.get("PUSH_CAMPAIGN_NICE_HOLD_MS", "1000") == "0":
+        pytest.skip("the stack's dispatcher runs campaigns on the cooperative pool, or always lowered")
+    bundle = f"com.example.where{uuid.uuid4().hex[:8]}"
+    seed(bundle, 5_000, bundle)
+    # Tokens of another app for the transactional requests sent beside the second campaign.
+    singles = seed(f"{bundle}.tx", 20, f"{bundle}tx")
+    send, common = stack.pb("send_request_pb2"), stack.pb("common_pb2")
+
+    def run_campaign(beside_transactional: bool) -> tuple[float, float]:
+        from confluent_kafka import Producer
+        producer = Producer({**stack.kafka_config(), "acks": "all", "partitioner": "murmur2_random"})
+        request_id = f"campaign-where-{uuid.uuid4()}"
+        feedback = Feedback(request_id)
+        sent = 0
+
+        def transactional_request() -> None:
+            nonlocal sent
+            single = send.SendRequest(
+                request_id=f"where-tx-{uuid.uuid4()}", device_tokens=send.DeviceTokens(device_tokens=[singles[sent % len(singles)]]),
+                created_at_ms=int(time.time() * 1000),
+                notification=send.Notification(bundle_id=f"{bundle}.tx", environment=common.Environment.Value("SANDBOX"),
+                                                push_type=common.PushType.Value("PUSH_TYPE_ALERT"), payload='{"aps":{"alert":"tx"}}'))
+            producer.produce(stack.SEND_REQUESTS, key=single.request_id.encode(), value=single.SerializeToString(),
+                             headers=[("content-type", b"application/x-protobuf; message=push.v1.SendRequest")])
+            producer.poll(0)
+            sent += 1
+
+        try:
+            if beside_transactional:
+                # Requests flow for a second before the campaign starts, so that its first page already sees them.
+                warm_up = time.monotonic() + 1.0
+                while time.monotonic() < warm_up:
+                    transactional_request()
+                    time.sleep(0.05)
+            lowered_before, total_before = campaign_thread_cpu(dispatcher.pid)
+            stack.send_request(audience_request(request_id, bundle))
+            deadline = time.monotonic() + 300
+            while not feedback.completed:
+                assert time.monotonic() < deadline, "the campaign's RequestCompleted within 300 s"
+                if beside_transactional:
+                    transactional_request()
+                feedback.poll(0.05)
+        finally:
+            producer.flush(30)
+            feedback.close()
+        assert feedback.completed[0].request_completed.delivered == 5_000
+        lowered_after, total_after = campaign_thread_cpu(dispatcher.pid)
+        print(f"campaign {'beside ' + str(sent) + ' transactional requests' if beside_transactional else 'alone'}:"
+              f" lowered threads {lowered_after - lowered_before:.2f} s of the dispatcher's {total_after - total_before:.2f} s CPU")
+        return lowered_after - lowered_before, total_after - total_before
+
+    # Alone: the transactional requests of earlier tests are older than the hold.
+    time.sleep(1.5)
+    lowered, total = run_campaign(beside_transactional=False)
+    assert lowered <= 0.05 * total, f"alone, the campaign ran on the lowered threads: {lowered:.2f} of {total:.2f} s"
+    lowered, total = run_campaign(beside_transactional=True)
+    assert lowered >= 0.2 * total, f"beside transactional requests, the campaign ran on the cooperative pool: {lowered:.2f} of {total:.2f} s"
+
+
 def dispatcher_notifications(outcome: str, reason: str) -> float:
     """push_notifications_total{outcome,reason} on the stack dispatcher's /metrics (0 when absent)."""
     _, body, _ = stack.admin("dispatcher", "/metrics")

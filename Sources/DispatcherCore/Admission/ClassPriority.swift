@@ -76,6 +76,7 @@ final class ClassPriorityGate: Sendable {
         var decisions = ClassPriorityState()
         var continuations: [Int: CheckedContinuation<Void, any Error>] = [:]
         var nextID = 0
+        var lastTransactionalAdmission: ContinuousClock.Instant?
     }
 
     private let state = Mutex(State())
@@ -88,8 +89,10 @@ final class ClassPriorityGate: Sendable {
         try Task.checkCancellation()
         // The common case (every transactional candidate, and the others while nothing of a higher
         // rank is admitting) passes under one lock, without a continuation: this runs per notification.
+        let now: ContinuousClock.Instant? = workClass == .transactional ? .now : nil
         let queuedAs = state.withLock { state -> Int? in
             state.nextID += 1
+            if let now { state.lastTransactionalAdmission = now }
             guard state.decisions.mayPass(workClass), state.decisions.queued[workClass.rawValue].isEmpty else { return state.nextID }
             _ = state.decisions.enter(workClass, waiter: state.nextID)  // passes: the same test as `enter`'s
             return nil
@@ -127,6 +130,11 @@ final class ClassPriorityGate: Sendable {
         }
         for continuation in released { continuation.resume() }
     }
+
+    /// When the last transactional candidate arrived at the gate (they never wait); nil before the
+    /// first. The campaign runner reads it to see whether transactional work flows
+    /// (`TransactionalActivity`).
+    var lastTransactionalAdmission: ContinuousClock.Instant? { state.withLock { $0.lastTransactionalAdmission } }
 
     /// Candidates queued now, by class (for tests and the docs' example).
     var queued: [WorkClass: Int] {

@@ -25,8 +25,11 @@ public final class CampaignRunner: Service {
     /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
     private let leaseEvents: Counter
     private let running = Mutex<Set<String>>([])
-    /// Where campaigns run: threads at `settings.niceness`, or nil (0) for the cooperative pool.
+    /// Where campaign pages run while transactional work flows: threads at `settings.niceness`, or
+    /// nil (0) for the cooperative pool.
     private let executor: BackgroundTaskExecutor?
+    /// Whether transactional work flowed lately (`settings.niceHold`), asked before each page.
+    private let activity: TransactionalActivity
     /// How long a page waits on timers for a notification's retries before parking it
     /// (`PUSH_MAX_UNCOMMITTED_AGE_MS`, as a record's).
     private let retryParkAge: Duration
@@ -53,6 +56,7 @@ public final class CampaignRunner: Service {
         self.executor = settings.niceness > 0
             ? BackgroundTaskExecutor(name: "campaigns", threads: ProcessInfo.processInfo.activeProcessorCount, niceness: settings.niceness)
             : nil
+        self.activity = TransactionalActivity(hold: settings.niceHold)
         self.runningGauge = MetricsRegistry.shared.gauge("push_campaigns_running", help: "Campaigns whose lease this dispatcher holds.")
         self.leaseEvents = MetricsRegistry.shared.counter(
             "push_campaign_leases_total", help: "Campaign lease events: taken, released, lost, finished.", labelNames: ["event"])
@@ -67,12 +71,24 @@ public final class CampaignRunner: Service {
 
     /// Takes and runs due campaigns until `shutdown` triggers (no new campaign is taken; running ones
     /// stop sending, finish what is in flight and release their lease, their unfinished page redone by
-    /// the next holder) or the task is cancelled (sends in flight are abandoned). Campaigns (their
-    /// pages and sends, child tasks all) run on the lowered threads; the lease renewals, child tasks
-    /// that prefer the global concurrent executor, stay on the cooperative pool so that a busy
+    /// the next holder) or the task is cancelled (sends in flight are abandoned). A page (its read,
+    /// its sends, child tasks all) runs on the lowered threads when transactional work flowed within
+    /// `niceHold` as it starts (`pageExecutor()`), else on the cooperative pool; the runner's own
+    /// steps (leases and their renewals, checkpoints) stay on the cooperative pool, so that a busy
     /// machine never makes a holder lose its lease.
     public func run(shutdown: GracefulShutdown) async {
-        await withTaskExecutorPreference(executor) { await self.takeAndRun(shutdown) }
+        await takeAndRun(shutdown)
+    }
+
+    /// Where the page starting now runs: the lowered threads while transactional work flows
+    /// (`TransactionalActivity`), otherwise nil: no executor preference, so the cooperative pool, where
+    /// a campaign alone on the replica competes at the same priority as the Apple connections,
+    /// database and broker clients that serve it (docs/campaigns.md "The CPU"). Not the global
+    /// concurrent executor as a preference: a task with any preference looks it up under a lock at
+    /// every resumption (`swift_task_switch`), about 6 % of a campaign's dispatcher CPU in a profile.
+    private func pageExecutor() -> (any TaskExecutor)? {
+        guard let executor else { return nil }
+        return activity.isActive(lastAdmission: processor.classPriority.lastTransactionalAdmission, at: .now) ? executor : nil
     }
 
     private func takeAndRun(_ shutdown: GracefulShutdown) async {
@@ -131,10 +147,9 @@ public final class CampaignRunner: Service {
         runningGauge.increment()
         leaseEvents.increment(labels: ["taken"])
         defer { runningGauge.decrement() }
-        // The renewal runs beside the sending as a child task, for as long as the campaign is held. A
-        // child inherits the campaign's lowered executor: the renewal asks for the cooperative pool.
+        // The renewal runs beside the sending as a child task, for as long as the campaign is held.
         let finished = await withTaskGroup(of: Void.self) { group -> Bool in
-            group.addTask { await withTaskExecutorPreference(globalConcurrentExecutor) { await self.renewLoop(holder) } }
+            group.addTask { await self.renewLoop(holder) }
             defer { group.cancelAll() }
             do {
                 return try await send(record, holder: holder, shutdown: shutdown)
@@ -208,11 +223,13 @@ public final class CampaignRunner: Service {
             counts = sent
         } else if record.cursor == nil {
             // A scheduled device_tokens/user_ids request: one page, resolved as an immediate request's.
-            let page = try await processor.campaignPage(resolving: request)
-            let earlier = try await processor.parking.progress(requestID: requestID, tokens: page.tokens)
-            let (sent, abandoned) = try await processor.sendCampaignPage(
-                page, request: request, requestedAt: record.requestedAtMs, recorded: earlier.recorded, parked: earlier.parked,
-                parkAfter: retryParkAge, lane: lane, limiter: limiter, cancelled: flags.cancelled, shouldStop: flags.shouldStop)
+            let (sent, abandoned) = try await withTaskExecutorPreference(pageExecutor()) {
+                let page = try await processor.campaignPage(resolving: request)
+                let earlier = try await processor.parking.progress(requestID: requestID, tokens: page.tokens)
+                return try await processor.sendCampaignPage(
+                    page, request: request, requestedAt: record.requestedAtMs, recorded: earlier.recorded, parked: earlier.parked,
+                    parkAfter: retryParkAge, lane: lane, limiter: limiter, cancelled: flags.cancelled, shouldStop: flags.shouldStop)
+            }
             if abandoned { return false }
             counts = counts + sent
         }
@@ -282,15 +299,25 @@ public final class CampaignRunner: Service {
         var failure: (any Error)?
         var previousStarted: OneShot?
         var lastProgress = ContinuousClock.now
+        // Only a holder after another can find outcomes recorded for the campaign's tokens (pages are
+        // disjoint, and only the campaign's holders send under its request id): the first holder's
+        // pages skip the look-up, a statement per page that probes every send_log partition for each
+        // of the page's tokens (docs/campaigns.md "Pages in flight").
+        let firstHolder = holder.current.generation == 1
         await withTaskGroup(of: PageEvent.self) { group in
             while true {
                 // Read ahead: the next pages start sending while earlier ones are answered.
                 while !exhausted, !stopped, window.sending < settings.pagesInFlight, window.unfinished < settings.maxUnfinishedPages {
                     if flags.shouldStop() { stopped = true; break }
                     do {
-                        let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
+                        // The page is read and sent where the CPU priority of this moment puts it.
+                        let executor = pageExecutor()
+                        let (tokens, earlier) = try await withTaskExecutorPreference(executor) {
+                            let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
+                            if firstHolder || tokens.isEmpty { return (tokens, PendingRetryStore.RequestProgress()) }
+                            return (tokens, try await processor.parking.progress(requestID: record.requestID, tokens: tokens.map(\.deviceToken)))
+                        }
                         guard let last = tokens.last else { exhausted = true; break }
-                        let earlier = try await processor.parking.progress(requestID: record.requestID, tokens: tokens.map(\.deviceToken))
                         let sequence = window.issue(lastToken: last.deviceToken)
                         readCursor = last.deviceToken
                         // Pages send in order: this one's sends queue behind the last send of the one before.
@@ -298,7 +325,7 @@ public final class CampaignRunner: Service {
                         previousStarted = turn.started
                         // The page's tokens are let go once its sends started (`PageTokens`).
                         let page = PageTokens(tokens)
-                        group.addTask { [self] in
+                        group.addTask(executorPreference: executor) { [self] in
                             await sendPage(page, sequence: sequence, record: record, earlier: earlier, turn: turn, flags: flags)
                         }
                         group.addTask {

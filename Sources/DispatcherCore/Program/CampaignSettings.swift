@@ -39,10 +39,16 @@ public struct CampaignSettings: Sendable {
     /// Sends per second by bundle id (`PUSH_CAMPAIGN_RATE_LIMITS=com.a=5000,com.b=100`).
     public var rateLimits: [String: Double] = [:]
 
-    /// Nice value of the threads campaigns run on (`PUSH_CAMPAIGN_NICE`, 0 to 19, default 10; 0 runs
-    /// them on Swift's cooperative pool with the transactional work). Campaigns then take the CPU that
-    /// transactional requests leave (docs/campaigns.md "Lanes").
+    /// Nice value of the threads campaign pages run on while transactional work flows
+    /// (`PUSH_CAMPAIGN_NICE`, 0 to 19, default 10; 0 runs them on Swift's cooperative pool with the
+    /// transactional work). Campaigns then take the CPU that transactional requests leave
+    /// (docs/campaigns.md "The CPU").
     public var niceness: Int32 = 10
+    /// How long after the last transactional notification a campaign page still starts on the
+    /// lowered threads (`PUSH_CAMPAIGN_NICE_HOLD_MS`, default 1 s; 0: always, whatever flows). A page
+    /// starting later runs on the cooperative pool: a campaign alone on its replica is not slowed
+    /// by a priority below the services that serve it.
+    public var niceHold: Duration = .seconds(1)
 
     public init() {}
 
@@ -59,6 +65,7 @@ public struct CampaignSettings: Sendable {
         settings.maxUnfinishedPages = try env.int(
             "PUSH_CAMPAIGN_MAX_UNFINISHED_PAGES", default: settings.maxUnfinishedPages, in: 1...100_000)
         settings.niceness = Int32(try env.int("PUSH_CAMPAIGN_NICE", default: Int(settings.niceness), in: 0...19))
+        settings.niceHold = try env.milliseconds("PUSH_CAMPAIGN_NICE_HOLD_MS", default: settings.niceHold)
         settings.lease = try env.milliseconds("PUSH_CAMPAIGN_LEASE_MS", default: settings.lease)
         settings.pollInterval = try env.milliseconds("PUSH_CAMPAIGN_POLL_MS", default: settings.pollInterval)
         settings.cancelCheckInterval = try env.milliseconds("PUSH_CAMPAIGN_CANCEL_CHECK_MS", default: settings.cancelCheckInterval)
