@@ -67,14 +67,11 @@ enum ChannelCommands {
             throw error
         }
         guard let reader else { return }
-        let event: ChannelEvent?
-        do {
-            event = try await waitForEvent(of: command, reader: reader, deadline: ContinuousClock.now + timeout)
-        } catch {
+        let event = try await withAsyncCleanup {
+            try await waitForEvent(of: command, reader: reader, deadline: ContinuousClock.now + timeout)
+        } cleanup: {
             await reader.close()
-            throw error
         }
-        await reader.close()
         guard let event else { throw PushCtlError(.unavailable, "no ChannelEvent for \(command.recordKey) within \(timeout)") }
         print(describe(event))
         if event.kind == .failed { throw PushCtlError(.failed, "the \(verb) of \(command.recordKey) failed") }

@@ -2,6 +2,7 @@ import Foundation
 import Kafka
 import ProtobufCodec
 import PushMessages
+import ServiceCore
 
 /// `pushctl dead-letters list` and `pushctl dead-letters redrive`.
 enum DeadLetterCommands {
@@ -46,7 +47,7 @@ enum DeadLetterCommands {
     ) async throws {
         try await KafkaTools.requireTopics([settings.deadLetterTopic], arguments, settings)
         let reader = try await KafkaTools.reader(topic: settings.deadLetterTopic, fromBeginning: true, arguments, settings)
-        do {
+        try await withAsyncCleanup {
             reading: while true {
                 guard let batch = try await SendCommand.withDeadline(ContinuousClock.now + idle, { await reader.nextMessages(maxCount: 500) }),
                       !batch.isEmpty
@@ -56,11 +57,9 @@ enum DeadLetterCommands {
                     if selection.isPastEnd(message) { break reading }
                 }
             }
-        } catch {
+        } cleanup: {
             await reader.close()
-            throw error
         }
-        await reader.close()
     }
 
     static func list(_ arguments: CommandLineArguments, _ settings: PushCtlSettings) async throws {
