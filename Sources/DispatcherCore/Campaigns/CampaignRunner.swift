@@ -10,16 +10,16 @@ import Synchronization
 /// `RequestCompleted` at the end. At most `CampaignSettings.concurrency` campaigns at once. A `Service`
 /// of the dispatcher's sources (docs/lifecycle.md "dispatcher").
 public final class CampaignRunner: Service {
-    private let store: CampaignStore
-    private let processor: SendRequestProcessor
-    private let feedback: FeedbackPublisher
-    private let settings: CampaignSettings
+    let store: CampaignStore
+    let processor: SendRequestProcessor
+    let feedback: FeedbackPublisher
+    let settings: CampaignSettings
     private let owner: String
-    private let clock: any WallClock
+    let clock: any WallClock
     private let logger: Logger
     private let cancellations: CampaignCancellations
-    private let lane: AsyncSemaphore
-    private let limiter: AppRateLimiter
+    let lane: AsyncSemaphore
+    let limiter: AppRateLimiter
     /// `push_campaigns_running`: campaigns this process holds the lease of.
     private let runningGauge: Gauge
     /// `push_campaign_leases_total{event}`: taken, released, lost, finished.
@@ -27,12 +27,12 @@ public final class CampaignRunner: Service {
     private let running = Mutex<Set<String>>([])
     /// Where campaign pages run while transactional work flows: threads at `settings.niceness`, or
     /// nil (0) for the cooperative pool.
-    private let executor: BackgroundTaskExecutor?
+    let executor: BackgroundTaskExecutor?
     /// Whether transactional work flowed lately (`settings.niceHold`), asked before each page.
-    private let activity: TransactionalActivity
+    let activity: TransactionalActivity
     /// How long a page waits on timers for a notification's retries before parking it
     /// (`PUSH_MAX_UNCOMMITTED_AGE_MS`, as a record's).
-    private let retryParkAge: Duration
+    let retryParkAge: Duration
 
     /// - Parameters:
     ///   - instanceID: this replica's name; the lease owner is it plus a random suffix.
@@ -78,17 +78,6 @@ public final class CampaignRunner: Service {
     /// machine never makes a holder lose its lease.
     public func run(shutdown: GracefulShutdown) async {
         await takeAndRun(shutdown)
-    }
-
-    /// Where the page starting now runs: the lowered threads while transactional work flows
-    /// (`TransactionalActivity`), otherwise nil: no executor preference, so the cooperative pool, where
-    /// a campaign alone on the replica competes at the same priority as the Apple connections,
-    /// database and broker clients that serve it (docs/campaigns.md "The CPU"). Not the global
-    /// concurrent executor as a preference: a task with any preference looks it up under a lock at
-    /// every resumption (`swift_task_switch`), about 6 % of a campaign's dispatcher CPU in a profile.
-    private func pageExecutor() -> (any TaskExecutor)? {
-        guard let executor else { return nil }
-        return activity.isActive(lastAdmission: processor.classPriority.lastTransactionalAdmission, at: .now) ? executor : nil
     }
 
     private func takeAndRun(_ shutdown: GracefulShutdown) async {
@@ -270,14 +259,14 @@ public final class CampaignRunner: Service {
     }
 
     /// What a campaign's pages ask before each send: whether it was cancelled, whether to stop.
-    private struct PageFlags: Sendable {
+    struct PageFlags: Sendable {
         let cancelled: @Sendable () -> Bool
         let shouldStop: @Sendable () -> Bool
     }
 
     /// What a page's child tasks tell the sending loop: the page started its last send (its answers
     /// may be outstanding), or the page finished, with how its sending ended.
-    private enum PageEvent: Sendable {
+    enum PageEvent: Sendable {
         case started(sequence: Int)
         case finished(sequence: Int, result: Result<(counts: CampaignCounts, abandoned: Bool), any Error>)
     }
@@ -299,10 +288,6 @@ public final class CampaignRunner: Service {
         var failure: (any Error)?
         var previousStarted: OneShot?
         var lastProgress = ContinuousClock.now
-        // Only a holder after another can find outcomes recorded for the campaign's tokens (pages are
-        // disjoint, and only the campaign's holders send under its request id): the first holder's
-        // pages skip the look-up, a statement per page that probes every send_log partition for each
-        // of the page's tokens (docs/campaigns.md "Pages in flight").
         let firstHolder = holder.current.generation == 1
         await withTaskGroup(of: PageEvent.self) { group in
             while true {
@@ -312,11 +297,7 @@ public final class CampaignRunner: Service {
                     do {
                         // The page is read and sent where the CPU priority of this moment puts it.
                         let executor = pageExecutor()
-                        let (tokens, earlier) = try await withTaskExecutorPreference(executor) {
-                            let tokens = try await store.audiencePage(query, after: readCursor, limit: settings.pageSize)
-                            if firstHolder || tokens.isEmpty { return (tokens, PendingRetryStore.RequestProgress()) }
-                            return (tokens, try await processor.parking.progress(requestID: record.requestID, tokens: tokens.map(\.deviceToken)))
-                        }
+                        let (tokens, earlier) = try await readPage(query, after: readCursor, of: record, firstHolder: firstHolder, on: executor)
                         guard let last = tokens.last else { exhausted = true; break }
                         let sequence = window.issue(lastToken: last.deviceToken)
                         readCursor = last.deviceToken
@@ -372,46 +353,5 @@ public final class CampaignRunner: Service {
         if let failure { throw failure }
         if stopped || window.pending > 0 { return nil }
         return window.checkpoint.counts
-    }
-
-    /// A page's tokens, handed to its sending once: the runner's task keeps the box, not the tokens,
-    /// so a page waiting only for answers holds none of them.
-    private final class PageTokens: Sendable {
-        private let tokens: Mutex<[StoredToken]>
-        init(_ tokens: [StoredToken]) { self.tokens = Mutex(tokens) }
-        /// The tokens; later calls get none.
-        func take() -> [StoredToken] { tokens.withLock { tokens in defer { tokens = [] }; return tokens } }
-    }
-
-    /// Sends one audience page through the processor (the campaign source of the pipeline).
-    private func sendPage(
-        _ page: PageTokens, sequence: Int, record: CampaignRecord, earlier: PendingRetryStore.RequestProgress,
-        turn: (after: OneShot?, started: OneShot), flags: PageFlags
-    ) async -> PageEvent {
-        do {
-            return .finished(sequence: sequence, result: .success(try await processor.sendCampaignPage(
-                SendRequestProcessor.campaignPage(page.take()), request: record.request, requestedAt: record.requestedAtMs,
-                recorded: earlier.recorded, parked: earlier.parked, parkAfter: retryParkAge, lane: lane, limiter: limiter, turn: turn,
-                cancelled: flags.cancelled, shouldStop: flags.shouldStop)))
-        } catch {
-            return .finished(sequence: sequence, result: .failure(error))
-        }
-    }
-
-    private func publishProgress(_ record: CampaignRecord, counts: CampaignCounts, done: Bool, startedAtMs: Int64) async throws {
-        var progress = CampaignProgress()
-        progress.campaignID = record.requestID
-        progress.requestID = record.requestID
-        progress.bundleID = record.request.notification?.bundleID ?? ""
-        if case .audience(let audience)? = record.request.target { progress.environment = audience.environment }
-        progress.processed = UInt64(counts.processed)
-        progress.delivered = UInt64(counts.delivered)
-        progress.rejected = UInt64(counts.rejected)
-        progress.failed = UInt64(counts.failed)
-        progress.skipped = UInt64(counts.skipped)
-        progress.done = done
-        progress.startedAtMs = startedAtMs
-        progress.updatedAtMs = clock.nowMilliseconds()
-        try await feedback.publish(feedback.event(.campaignProgress(progress), traceParent: record.request.traceParent), key: record.requestID)
     }
 }
