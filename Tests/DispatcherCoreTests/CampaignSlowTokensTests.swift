@@ -164,6 +164,41 @@ extension DispatcherEngineSuites {
             await world.close()
         }
 
+        /// What is recorded under a campaign's request id is never sent again, whichever holder runs
+        /// it: 12 of 30 tokens recorded before the campaign starts (more than a page of 7, so the
+        /// earlier outcomes are read in two chunks, `EarlierOutcomes`), the other 18 reach Apple once,
+        /// the 12 reports are published again from `send_log`, and the campaign counts 30 delivered.
+        /// Before, the first holder (lease generation 1) skipped the read and sent all 30.
+        @Test func aCampaignSendsOnlyTheTokensNoEarlierHolderRecorded() async throws {
+            let tokens = (0..<30).map { EngineWorld.token("f5", $0) }.sorted()
+            let (world, engine) = try await Self.start(tokens)
+            let requestID = "recorded-campaign-\(UUID().uuidString.prefix(8))"
+            let recorded = Array(tokens.prefix(10)) + [tokens[17], tokens[29]]
+            for token in recorded {
+                var report = DeliveryReport()
+                report.eventID = FeedbackEventID.deliveryReport(requestID: requestID, deviceToken: token)
+                report.requestID = requestID
+                report.deviceToken = token
+                report.bundleID = EngineWorld.bundleID
+                report.outcome = .delivered
+                report.httpStatus = 200
+                var event = FeedbackEvent()
+                event.eventID = report.eventID
+                event.event = .deliveryReport(report)
+                #expect(try await world.store.recordOutcome(report, event: event.serializedBytes()))
+            }
+            try await world.sendToAudience(requestID)
+            try await eventually("the campaign completed") { world.feedback.completions(requestID).count == 1 }
+            let completed = try #require(world.feedback.completions(requestID).first)
+            #expect((completed.total, completed.delivered) == (30, 30))
+            let rest = tokens.filter { !recorded.contains($0) }
+            #expect(UserFanOutPagesTests.sends(of: tokens, in: world) == Dictionary(uniqueKeysWithValues: rest.map { ($0, 1) }))
+            let reports = world.feedback.reports(requestID)
+            #expect(reports.count == 30 && Set(reports.map(\.deviceToken)) == Set(tokens))
+            try await engine.stop()
+            await world.close()
+        }
+
         /// What a campaign keeps behind its checkpoint is bounded: with at most 4 pages unfinished, a
         /// held token in each of the first 4 pages stops the campaign after them (the other 24 tokens
         /// of those pages delivered, no token of a later page sent) until an answer comes.

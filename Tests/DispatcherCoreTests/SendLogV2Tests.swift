@@ -249,6 +249,45 @@ struct SendLogV2DatedProgressTests {
         await pool.close()
     }
 
+    /// A campaign's read of earlier outcomes after a cursor (`PendingRetryStore.outcomes(of:after:limit:)`):
+    /// per table in token order, complete through the smallest last token of a table that reached the
+    /// limit and to the end when none did; the day's partition only when the day is known.
+    @Test func outcomesAfterACursorAreReadInTokenOrderAChunkAtATime() async throws {
+        let (store, pool) = try await SendLogWriterTests.store()
+        try await withAsyncCleanup {
+            let parking = PendingRetryStore(pool: pool)
+            let request = "after-\(UUID())"
+            let requestedAt = Int64(Date().timeIntervalSince1970 * 1000)
+            func token(_ i: Int) -> String { String(format: "%064x", i) }
+            // send_log_v2 holds 1, 2, 4 and 6; the old send_log 3; pending_retries 5 and 7.
+            for i in [1, 2, 4, 6] {
+                #expect(try await store.recordOutcome(SendLogV2Tests.report(request, token(i), requestedAtMs: requestedAt), event: [UInt8(i)]))
+            }
+            try await pool.execute("""
+                INSERT INTO send_log (request_id, device_token, event_id, outcome, report) VALUES ($1, $2, 'e', 'DELIVERED', '\\x03'::bytea)
+                """, [.string(request), .string(token(3))])
+            for i in [5, 7] { try await parking.park(PendingRetryStoreTests.retry(request, token: token(i)), delay: .seconds(60)) }
+            let read = PendingRetryStore.ProgressRead(requestID: request, requestedAtMs: requestedAt)
+            // Limit 2: send_log_v2 gives 2 and 4 (full), send_log 3, pending_retries 5 and 7 (full).
+            let first = try await parking.outcomes(of: read, after: token(1), limit: 2)
+            #expect(first.coveredThrough == token(4))
+            #expect(first.progress.recorded.mapValues(\.event) == [token(2): [2], token(3): [3], token(4): [4]])
+            #expect(first.progress.parked == [token(5), token(7)])
+            let second = try await parking.outcomes(of: read, after: token(4), limit: 2)
+            #expect(second.coveredThrough == token(7), "pending_retries reached the limit again")
+            #expect(second.progress.recorded.mapValues(\.event) == [token(6): [6]] && second.progress.parked == [token(5), token(7)])
+            #expect(try await parking.outcomes(of: read, after: token(7), limit: 2) == PendingRetryStore.OutcomeChunk())
+            // Undated: every partition. Another day: that day's partition, so only the old table's row.
+            let undated = try await parking.outcomes(of: .init(requestID: request, requestedAtMs: 0), after: "", limit: 10)
+            #expect(undated.progress.recorded.count == 5 && undated.coveredThrough == nil)
+            let otherDay = PendingRetryStore.ProgressRead(requestID: request, requestedAtMs: requestedAt + SendLogDay.milliseconds)
+            let found = try await parking.outcomes(of: otherDay, after: "", limit: 10)
+            #expect(Set(found.progress.recorded.keys) == [token(3)] && found.progress.parked.count == 2)
+        } cleanup: {
+            await pool.close()
+        }
+    }
+
     /// The same read says which requests finished before (`request_completions`), dated or not, with
     /// or without outcomes and parked tokens, and no other: the look-up a redelivered request makes
     /// before sending anything, in one statement.

@@ -17,20 +17,26 @@ extension CampaignRunner {
         return activity.isActive(lastAdmission: processor.classPriority.lastTransactionalAdmission, at: .now) ? executor : nil
     }
 
-    /// Reads the audience page after `cursor` and, for a holder after another, what earlier holders
-    /// recorded for its tokens, on `executor` (nil: no preference). Only a holder after another can
-    /// find such outcomes (pages are disjoint, and only the campaign's holders send under its request
-    /// id): the first holder's pages skip that statement, which probes every send_log partition for
-    /// each of the page's tokens (docs/campaigns.md "Pages in flight").
+    /// Reads the audience page after `cursor` and what earlier holders recorded or parked for its
+    /// tokens, on `executor` (nil: no preference). `earlier` reads on only while the page reaches past
+    /// what it holds: once, finding nothing, for a campaign nobody sent before; a chunk at a time up
+    /// to the last token an earlier holder sent for a resumed one (docs/campaigns.md "Pages in flight").
     /// - Throws: `PostgresError`.
     func readPage(
-        _ query: AudienceQuery, after cursor: String?, of record: CampaignRecord, firstHolder: Bool, on executor: (any TaskExecutor)?
+        _ query: AudienceQuery, after cursor: String?, of record: CampaignRecord, earlier: inout EarlierOutcomes,
+        on executor: (any TaskExecutor)?
     ) async throws -> ([StoredToken], PendingRetryStore.RequestProgress) {
-        try await withTaskExecutorPreference(executor) {
-            let tokens = try await store.audiencePage(query, after: cursor, limit: settings.pageSize)
-            if firstHolder || tokens.isEmpty { return (tokens, PendingRetryStore.RequestProgress()) }
-            return (tokens, try await processor.parking.progress(requestID: record.requestID, tokens: tokens.map(\.deviceToken)))
+        let tokens = try await withTaskExecutorPreference(executor) {
+            try await store.audiencePage(query, after: cursor, limit: settings.pageSize)
         }
+        guard let last = tokens.last?.deviceToken else { return (tokens, PendingRetryStore.RequestProgress()) }
+        let read = PendingRetryStore.ProgressRead(requestID: record.requestID, requestedAtMs: record.requestedAtMs)
+        while let after = earlier.nextRead(forPageThrough: last) {
+            try earlier.add(try await withTaskExecutorPreference(executor) { [processor, settings] in
+                try await processor.parking.outcomes(of: read, after: after, limit: settings.pageSize)
+            })
+        }
+        return (tokens, earlier.take(through: last))
     }
 
     /// A page's tokens, handed to its sending once: the runner's task keeps the box, not the tokens,
