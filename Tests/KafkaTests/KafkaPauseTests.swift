@@ -20,7 +20,10 @@ struct KafkaPauseTests {
         let consumer = try KafkaConsumer(
             configuration: TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic]), logger: TestSupport.logger)
         let log = MessageLog(consumer)
-        try await TestSupport.eventually("warm-up records arrive") { log.all.count == warmUps }
+        // Failed once in CI after 30 s with nothing else said: the state says whether the group was joined.
+        try await TestSupport.eventually("warm-up records arrive", state: {
+            "\(log.all.count) of \(warmUps) read; assignment \(consumer.assignment); health \(consumer.health)"
+        }) { log.all.count == warmUps }
 
         let paused = KafkaTopicPartition(topic: topic, partition: 0)
         let flowing = KafkaTopicPartition(topic: topic, partition: 1)
