@@ -288,7 +288,7 @@ public final class CampaignRunner: Service {
         var failure: (any Error)?
         var previousStarted: OneShot?
         var lastProgress = ContinuousClock.now
-        var earlier = EarlierOutcomes(checkpoint: record.cursor)
+        var earlierOutcomes = EarlierOutcomes(checkpoint: record.cursor)
         await withTaskGroup(of: PageEvent.self) { group in
             while true {
                 // Read ahead: the next pages start sending while earlier ones are answered.
@@ -297,7 +297,7 @@ public final class CampaignRunner: Service {
                     do {
                         // The page is read and sent where the CPU priority of this moment puts it.
                         let executor = pageExecutor()
-                        let (tokens, earlier) = try await readPage(query, after: readCursor, of: record, earlier: &earlier, on: executor)
+                        let (tokens, earlier) = try await readPage(query, after: readCursor, of: record, earlier: &earlierOutcomes, on: executor)
                         guard let last = tokens.last else { exhausted = true; break }
                         let sequence = window.issue(lastToken: last.deviceToken)
                         readCursor = last.deviceToken

@@ -8,7 +8,7 @@ extension PendingRetryStore {
         /// not used).
         public var progress = RequestProgress()
         /// The last device token through which `progress` holds every earlier outcome after the
-        /// cursor; nil: it holds all of them (no table had more than the limit).
+        /// cursor; nil: it holds all of them (no table returned as many rows as the limit).
         public var coveredThrough: String?
 
         /// - Parameters:
