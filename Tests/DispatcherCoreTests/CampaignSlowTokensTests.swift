@@ -174,19 +174,7 @@ extension DispatcherEngineSuites {
             let (world, engine) = try await Self.start(tokens)
             let requestID = "recorded-campaign-\(UUID().uuidString.prefix(8))"
             let recorded = Array(tokens.prefix(10)) + [tokens[17], tokens[29]]
-            for token in recorded {
-                var report = DeliveryReport()
-                report.eventID = FeedbackEventID.deliveryReport(requestID: requestID, deviceToken: token)
-                report.requestID = requestID
-                report.deviceToken = token
-                report.bundleID = EngineWorld.bundleID
-                report.outcome = .delivered
-                report.httpStatus = 200
-                var event = FeedbackEvent()
-                event.eventID = report.eventID
-                event.event = .deliveryReport(report)
-                #expect(try await world.store.recordOutcome(report, event: event.serializedBytes()))
-            }
+            for token in recorded { #expect(try await world.recordDelivered(requestID, token: token)) }
             try await world.sendToAudience(requestID)
             try await eventually("the campaign completed") { world.feedback.completions(requestID).count == 1 }
             let completed = try #require(world.feedback.completions(requestID).first)

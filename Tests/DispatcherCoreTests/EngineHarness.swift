@@ -137,6 +137,24 @@ final class EngineWorld: Sendable {
         return try await produceRequest(request)
     }
 
+    /// Records in `send_log`, as an earlier delivery of `requestID` would have, that `token` was
+    /// delivered, with the `DeliveryReport` event a redelivery publishes again.
+    /// - Returns: whether the row was new.
+    func recordDelivered(_ requestID: String, token: String, userID: String = "") async throws -> Bool {
+        var report = DeliveryReport()
+        report.eventID = FeedbackEventID.deliveryReport(requestID: requestID, deviceToken: token)
+        report.requestID = requestID
+        report.deviceToken = token
+        report.bundleID = Self.bundleID
+        report.userID = userID
+        report.outcome = .delivered
+        report.httpStatus = 200
+        var event = FeedbackEvent()
+        event.eventID = report.eventID
+        event.event = .deliveryReport(report)
+        return try await store.recordOutcome(report, event: event.serializedBytes())
+    }
+
     /// A campaign: every active token of the app (`AppAudience`).
     @discardableResult
     func sendToAudience(_ requestID: String) async throws -> KafkaDeliveryReport {
