@@ -107,7 +107,7 @@ if hasTests {
         .testTarget(name: "ServiceCoreTests", dependencies: ["PushTestSupport", "ServiceCore"]),
         .testTarget(name: "AdminHTTPTests", dependencies: ["AdminHTTP", "ServiceCore"]),
         .testTarget(name: "ProtobufCodecTests", dependencies: ["ProtobufCodec", "PushMessages"], exclude: ["Protos", "Python"]),
-        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "KafkaDevBroker", "ServiceCore"]),
+        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "KafkaDevBroker", "PushTestSupport", "ServiceCore"]),
         // Helpers shared by test targets: a real PostgreSQL per suite, running outside programs.
         .target(name: "PushTestSupport", dependencies: ["Postgres", "ServiceCore"], path: "Tests/PushTestSupport"),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "PushTestSupport", "ServiceCore"]),

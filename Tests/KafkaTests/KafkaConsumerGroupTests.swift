@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -48,18 +49,18 @@ struct KafkaConsumerGroupTests {
 
         let first = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let firstLog = EventLog(first)
-        try await TestSupport.eventually("first member owns all 4 partitions") { first.assignment.count == 4 }
+        try await eventually("first member owns all 4 partitions") { first.assignment.count == 4 }
 
         let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let secondLog = EventLog(second)
-        try await TestSupport.eventually("both members own partitions") {
+        try await eventually("both members own partitions") {
             let a = Set(first.assignment)
             let b = Set(second.assignment)
             return !a.isEmpty && !b.isEmpty && a.isDisjoint(with: b) && a.union(b).count == 4
         }
         // The events reach the logs' tasks a moment after the assignment changed: wait for them too.
-        try await TestSupport.eventually("first member saw a revocation") { firstLog.all.contains { $0.hasPrefix("revoked") } }
-        try await TestSupport.eventually("second member saw an assignment") {
+        try await eventually("first member saw a revocation") { firstLog.all.contains { $0.hasPrefix("revoked") } }
+        try await eventually("second member saw an assignment") {
             secondLog.all.contains { $0.hasPrefix("assigned") && $0 != "assigned 0" }
         }
         if rebalanceProtocol == .cooperative {
@@ -68,8 +69,8 @@ struct KafkaConsumerGroupTests {
         }
 
         await second.close()
-        try await TestSupport.eventually("survivor owns all 4 partitions again") { first.assignment.count == 4 }
-        try await TestSupport.eventually("closing member's last event is its revocation") { secondLog.all.last?.hasPrefix("revoked") == true }
+        try await eventually("survivor owns all 4 partitions again") { first.assignment.count == 4 }
+        try await eventually("closing member's last event is its revocation") { secondLog.all.last?.hasPrefix("revoked") == true }
         await first.close()
         await firstLog.task.value
         await secondLog.task.value
@@ -115,7 +116,7 @@ struct KafkaConsumerGroupTests {
             drainedAt.withLock { $0 = .now }
         }
         let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
-        try await TestSupport.eventually("second member owns partitions", timeout: .seconds(45)) { !second.assignment.isEmpty }
+        try await eventually("second member owns partitions", timeout: .seconds(45)) { !second.assignment.isEmpty }
         let assignedAt = ContinuousClock.now
         let drained = try #require(drainedAt.withLock { $0 }, "first member never drained")
         #expect(drained <= assignedAt)
@@ -168,7 +169,7 @@ struct KafkaConsumerGroupTests {
         var config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
         config.maxBufferedMessages = 20
         let consumer = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
-        try await TestSupport.eventually("buffer fills") { consumer.bufferedCount >= 20 }
+        try await eventually("buffer fills") { consumer.bufferedCount >= 20 }
         var peak = 0
         for _ in 0..<20 {
             peak = max(peak, consumer.bufferedCount)

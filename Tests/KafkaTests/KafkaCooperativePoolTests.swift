@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -53,7 +54,7 @@ struct KafkaCooperativePoolTests {
         // A blocking call on the pool stalls the ticker for whole poll intervals (a few ticks in 2 s);
         // other tests sharing the two cores only slow it (about 80 seen under full load).
         #expect(best >= 40, "only \(best) ticks in the best of three windows: the cooperative pool was blocked")
-        try await TestSupport.eventually("records reach the consumers") { received.current > 0 }
+        try await eventually("records reach the consumers") { received.current > 0 }
         writer.cancel()
         _ = await writer.result
         await producer.shutdown()

@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -46,9 +47,9 @@ import Testing
         #expect(consumer.health.assignedPartitions == 1)
         let partition = KafkaTopicPartition(topic: topic, partition: KafkaPartition(rawValue: 0))
         try await consumer.commit(topic: topic, partition: partition.partition, offset: KafkaOffset(rawValue: 4))
-        try await TestSupport.eventually("a lag of 6 after committing offset 4") { consumer.health.statistics?.consumerLag[partition] == 6 }
+        try await eventually("a lag of 6 after committing offset 4") { consumer.health.statistics?.consumerLag[partition] == 6 }
         try await consumer.commit(topic: topic, partition: partition.partition, offset: KafkaOffset(rawValue: 10))
-        try await TestSupport.eventually("a lag of 0 after committing everything") { consumer.health.statistics?.consumerLag[partition] == 0 }
+        try await eventually("a lag of 0 after committing everything") { consumer.health.statistics?.consumerLag[partition] == 0 }
         #expect((consumer.health.statistics?.brokersUp ?? 0) >= 1)  // the group coordinator has a connection of its own
         #expect(consumer.health.readinessInput.joined)
         await consumer.close()
@@ -61,19 +62,19 @@ import Testing
         try cluster.createTopic(topic, partitions: 1)
         let consumer = try KafkaConsumer(
             configuration: TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic]), logger: TestSupport.logger)
-        try await TestSupport.eventually("the consumer joined") { consumer.health.joined }
+        try await eventually("the consumer joined") { consumer.health.joined }
         #expect(consumer.health.lastPollAge < .seconds(1))
         #expect(Heartbeats.shared.snapshot().contains { $0.name == "kafka-consumer-poll" })
         consumer.wedgePollThreadForTesting(for: .seconds(2))
-        try await TestSupport.eventually("the poll heartbeat grew old") { consumer.health.lastPollAge > .milliseconds(1500) }
+        try await eventually("the poll heartbeat grew old") { consumer.health.lastPollAge > .milliseconds(1500) }
         let liveness = LivenessPolicy(maxBeatAge: .seconds(1))
         #expect(!liveness.evaluate(Heartbeats.shared.snapshot()).isPassing)
         #expect(!ReadinessPolicy(maxPollAge: .seconds(1)).evaluate(.init(consumer: consumer.health.readinessInput)).isPassing)
-        try await TestSupport.eventually("the poll thread came round again") { consumer.health.lastPollAge < .milliseconds(500) }
+        try await eventually("the poll thread came round again") { consumer.health.lastPollAge < .milliseconds(500) }
         await consumer.close()
         // A consumer closed on purpose is no longer watched. Its own heartbeat, by identity: other
         // suites' consumers running at the same time register the same name.
-        try await TestSupport.eventually("the heartbeat was removed") { !Heartbeats.shared.contains(consumer.pollHeartbeat) }
+        try await eventually("the heartbeat was removed") { !Heartbeats.shared.contains(consumer.pollHeartbeat) }
     }
 
     /// A one-broker cluster with a one-partition topic, and a producer reporting statistics every
@@ -92,26 +93,26 @@ import Testing
     @Test func producerStatisticsShowBrokersGoingDownAndComingBack() async throws {
         let (cluster, producer, _) = try await producerWithStatistics("down")
         let policy = ReadinessPolicy()
-        try await TestSupport.eventually("a broker up in the statistics") { producer.health.statistics?.brokersUp == 1 }
+        try await eventually("a broker up in the statistics") { producer.health.statistics?.brokersUp == 1 }
         #expect(policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing)
         try cluster.setBrokerDown(1)
-        try await TestSupport.eventually("no broker up, not ready") {
+        try await eventually("no broker up, not ready") {
             producer.health.statistics?.brokersUp == 0 && !policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing
         }
         try cluster.setBrokerUp(1)
-        try await TestSupport.eventually("ready again") { policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing }
+        try await eventually("ready again") { policy.evaluate(.init(producer: producer.health.readinessInput)).isPassing }
         await producer.shutdown()
     }
 
     @Test func producerStatisticsReportTheBrokersRoundTrip() async throws {
         let (cluster, producer, topic) = try await producerWithStatistics("rtt")
-        try await TestSupport.eventually("a fast round trip while the broker answers at once") {
+        try await eventually("a fast round trip while the broker answers at once") {
             (producer.health.statistics?.roundTripP99Microseconds[1] ?? .max) < 50_000
         }
         try cluster.setBrokerRoundTripTime(1, milliseconds: 120)
         // Sends keep requests going through the statistics windows (a window without an answer
         // reports nothing for the broker).
-        try await TestSupport.eventually("the injected 120 ms in the 99th percentile") {
+        try await eventually("the injected 120 ms in the 99th percentile") {
             _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
             return (producer.health.statistics?.roundTripP99Microseconds[1] ?? 0) >= 100_000
         }
@@ -153,7 +154,7 @@ import Testing
         let sleeping = long.health.statistics?.wakeups[1] ?? 0
         #expect(sleeping > 0)
         #expect(sleeping * 5 < spinning, "broker-thread wake-ups: \(spinning) lingering 5 ms, \(sleeping) lingering 12 ms")
-        try await TestSupport.eventually("every record acknowledged") { acknowledged.load(ordering: .relaxed) == rounds * 4 }
+        try await eventually("every record acknowledged") { acknowledged.load(ordering: .relaxed) == rounds * 4 }
         try cluster.setBrokerRoundTripTime(1, milliseconds: 0)
         await short.shutdown()
         await long.shutdown()
@@ -192,7 +193,7 @@ import Testing
         metrics.setProducer(producer)
         #expect(registry.render().contains("\npush_kafka_producer_linger_seconds 0.007\n"))
         _ = try await producer.send(topic: topic, key: "k", value: Array("v".utf8))
-        try await TestSupport.eventually("a round trip and wake-ups of broker 1 rendered") {
+        try await eventually("a round trip and wake-ups of broker 1 rendered") {
             let text = registry.render()
             return text.contains("push_kafka_produce_rtt_seconds{broker=\"1\"}")
                 && text.contains("push_kafka_producer_wakeups_total{broker=\"1\"}")

@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -62,7 +63,7 @@ struct KafkaOffsetStoreTests {
         let storedAt = ContinuousClock.now
         let results = consumer.storeOffsets([partition: last.offset.next])
         #expect(results[partition]?.isStored == true, "\(results)")
-        try await TestSupport.eventually("stored offset committed", timeout: .seconds(3)) {
+        try await eventually("stored offset committed", timeout: .seconds(3)) {
             try await consumer.committedOffsets(for: [partition])[partition] == last.offset.next
         }
         let elapsed = ContinuousClock.now - storedAt
@@ -80,10 +81,10 @@ struct KafkaOffsetStoreTests {
         let config = TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic])
         let first = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let firstLog = KafkaConsumerGroupTests.EventLog(first)
-        try await TestSupport.eventually("first member owns all 4 partitions") { first.assignment.count == 4 }
+        try await eventually("first member owns all 4 partitions") { first.assignment.count == 4 }
         let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         let secondLog = KafkaConsumerGroupTests.EventLog(second)
-        try await TestSupport.eventually("both members own partitions") {
+        try await eventually("both members own partitions") {
             let a = Set(first.assignment), b = Set(second.assignment)
             return !a.isEmpty && !b.isEmpty && a.isDisjoint(with: b) && a.union(b).count == 4
         }
@@ -163,9 +164,9 @@ struct KafkaOffsetStoreTests {
             let results = first.storeOffsets(Dictionary(uniqueKeysWithValues: revocation.partitions.map { ($0, KafkaOffset(3)) }))
             handedOver.withLock { $0.merge(results) { $1 } }
         }
-        try await TestSupport.eventually("first member owns both partitions") { first.assignment.count == 2 }
+        try await eventually("first member owns both partitions") { first.assignment.count == 2 }
         let second = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
-        try await TestSupport.eventually("second member owns a partition") { !second.assignment.isEmpty }
+        try await eventually("second member owns a partition") { !second.assignment.isEmpty }
         let moved = try #require(second.assignment.first)
         let results = handedOver.withLock { $0 }
         #expect(results[moved]?.isStored == true, "store during the revocation: \(results)")
@@ -201,7 +202,7 @@ struct KafkaOffsetStoreTests {
         #expect(consumer.assignment.count == 2)
         let partition = KafkaTopicPartition(topic: topic, partition: 1)
         #expect(consumer.storeOffsets([partition: 2])[partition]?.isStored == true)
-        try await TestSupport.eventually("static member's offset committed", timeout: .seconds(5)) {
+        try await eventually("static member's offset committed", timeout: .seconds(5)) {
             try await consumer.committedOffsets(for: [partition])[partition] == 2
         }
         await consumer.close()

@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -21,7 +22,7 @@ struct KafkaPauseTests {
             configuration: TestSupport.consumerConfig(cluster, group: TestSupport.unique("g"), topics: [topic]), logger: TestSupport.logger)
         let log = MessageLog(consumer)
         // Failed once in CI after 30 s with nothing else said: the state says whether the group was joined.
-        try await TestSupport.eventually("warm-up records arrive", state: {
+        try await eventually("warm-up records arrive", state: {
             "\(log.all.count) of \(warmUps) read; assignment \(consumer.assignment); health \(consumer.health)"
         }) { log.all.count == warmUps }
 
@@ -32,13 +33,13 @@ struct KafkaPauseTests {
         // Written to the paused partition first, then to the flowing one.
         for index in 0..<5 { _ = try await producer.send(topic: topic, key: keys[0]!, value: Array("held-\(index)".utf8)) }
         for index in 0..<5 { _ = try await producer.send(topic: topic, key: keys[1]!, value: Array("flowing-\(index)".utf8)) }
-        try await TestSupport.eventually("the other partition keeps flowing") { log.values.filter { $0.hasPrefix("flowing-") }.count == 5 }
+        try await eventually("the other partition keeps flowing") { log.values.filter { $0.hasPrefix("flowing-") }.count == 5 }
         #expect(!log.values.contains { $0.hasPrefix("held-") }, "paused partition delivered: \(log.values)")
         #expect(log.all.filter { $0.topicPartition == flowing }.count >= 5)
 
         consumer.resume([paused])
         #expect(consumer.pausedPartitions == [])
-        try await TestSupport.eventually("resumed partition delivers") { log.values.filter { $0.hasPrefix("held-") }.count == 5 }
+        try await eventually("resumed partition delivers") { log.values.filter { $0.hasPrefix("held-") }.count == 5 }
         // In order, nothing lost or repeated.
         let offsets = log.all.filter { $0.topicPartition == paused }.map(\.offset.rawValue)
         #expect(offsets == Array(0..<Int64(offsets.count)))
@@ -64,7 +65,7 @@ struct KafkaPauseTests {
         }
         let consumer = try KafkaConsumer(configuration: config, logger: TestSupport.logger)
         for index in 0..<3 { _ = try await producer.send(topic: topic, key: "k\(index)", value: Array("r-\(index)".utf8)) }
-        try await TestSupport.eventually("every record seen on receipt") { seen.withLock { $0.count } == 3 }
+        try await eventually("every record seen on receipt") { seen.withLock { $0.count } == 3 }
         #expect(Set(seen.withLock { $0 }) == ["r-0", "r-1", "r-2"])
         // They are still there for the reader, once each.
         let read = try await TestSupport.collect(3, from: consumer)
@@ -91,18 +92,18 @@ struct KafkaPauseTests {
         for index in 0..<30 { _ = try await producer.send(topic: topic, key: keys[0]!, value: Array("held-\(index)".utf8)) }
         for index in 0..<30 { _ = try await producer.send(topic: topic, key: keys[1]!, value: Array("flowing-\(index)".utf8)) }
         // Nobody reads: the buffer fills with the flowing partition's records and stays full.
-        try await TestSupport.eventually("buffer paused") { consumer.isBufferPausedForTesting }
+        try await eventually("buffer paused") { consumer.isBufferPausedForTesting }
 
         let log = MessageLog(consumer)
-        try await TestSupport.eventually("all flowing records, across the buffer pause") {
+        try await eventually("all flowing records, across the buffer pause") {
             log.values.filter { $0.hasPrefix("flowing-") }.count == 30
         }
-        try await TestSupport.eventually("buffer resumed") { !consumer.isBufferPausedForTesting }
+        try await eventually("buffer resumed") { !consumer.isBufferPausedForTesting }
         #expect(!log.values.contains { $0.hasPrefix("held-") }, "application-paused partition delivered")
         #expect(consumer.pausedPartitions == [held])
 
         consumer.resume([held])
-        try await TestSupport.eventually("held records after resume") { log.values.filter { $0.hasPrefix("held-") }.count == 30 }
+        try await eventually("held records after resume") { log.values.filter { $0.hasPrefix("held-") }.count == 30 }
         await producer.shutdown()
         await consumer.close()
         await log.task.value

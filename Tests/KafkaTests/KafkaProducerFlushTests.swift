@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Testing
 
@@ -24,7 +25,7 @@ struct KafkaProducerFlushTests {
 
         try cluster.setBrokerDown(2)
         producer.send(topic: topic, key: nil, value: Array("during".utf8)) { _ in }
-        try await TestSupport.eventually("the record pending while the leader is down") { producer.pendingCount == 1 }
+        try await eventually("the record pending while the leader is down") { producer.pendingCount == 1 }
 
         let clock = ContinuousClock()
         let timedOut = await clock.measure {

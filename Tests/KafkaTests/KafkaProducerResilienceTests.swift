@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Synchronization
 import Testing
@@ -59,7 +60,7 @@ struct KafkaProducerResilienceTests {
             }
         }
         // While the leader is down every send waits (none fails): all 20 become pending.
-        try await TestSupport.eventually("20 sends pending while the leader is down") { producer.pendingCount == 20 }
+        try await eventually("20 sends pending while the leader is down") { producer.pendingCount == 20 }
         try cluster.setBrokerUp(2)
         let reports = try await sends.value
         #expect(reports.count == 20)

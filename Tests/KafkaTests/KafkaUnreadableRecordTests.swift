@@ -1,4 +1,5 @@
 import Foundation
+import PushTestSupport
 import ServiceCore
 import Testing
 
@@ -82,7 +83,7 @@ struct KafkaUnreadableRecordTests {
         let first = try await TestSupport.collect(1, from: consumer)
         #expect(first.map(\.value.utf8String) == ["before"])
         let partition = KafkaTopicPartition(topic: topic, partition: 0)
-        try await TestSupport.eventually("partition reported stalled", timeout: .seconds(10)) {
+        try await eventually("partition reported stalled", timeout: .seconds(10)) {
             consumer.stalledPartitions[partition]?.position == 1
         }
         #expect(consumer.stalledPartitions[partition]?.lastError.contains("Decompression") == true)

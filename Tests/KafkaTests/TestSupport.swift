@@ -108,21 +108,6 @@ enum TestSupport {
         }
     }
 
-    /// Waits until `condition` holds, checking every 50 ms, failing after `timeout`.
-    /// - Parameter state: what the failure message adds about the state at the deadline (for a
-    ///   failure seen once, in a log, to say where it stopped).
-    static func eventually(
-        _ what: String, timeout: Duration = .seconds(30), state: @Sendable () -> String = { "" }, _ condition: @Sendable () async throws -> Bool
-    ) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if try await condition() { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        let detail = state()
-        throw TimedOut(what: detail.isEmpty ? what : "\(what) (\(detail))")
-    }
-
     struct TimedOut: Error, CustomStringConvertible {
         let what: String
         var description: String { "timed out waiting for \(what)" }
